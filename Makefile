@@ -1,0 +1,35 @@
+# riverbus — `make` lists the targets.
+.DEFAULT_GOAL := help
+GO ?= go
+PKGS := ./...
+
+.PHONY: help run test test/race test/short bench chaos lint tidy build generate
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z\/_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build the riverbus binary into bin/
+	$(GO) build -o bin/riverbus ./cmd/riverbus
+
+run: build ## Run the demo: throwaway PostgreSQL (unless DATABASE_URL is set), fan-out, workers, River UI
+	./bin/riverbus run --demo
+
+test: ## Every test, integration included, against a PostgreSQL the tests start
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+test/race: ## Every test with the race detector
+	$(GO) test -count=1 -race -timeout 30m $(PKGS)
+
+test/short: ## Fast tests only (skips multi-process and restart tests)
+	$(GO) test -count=1 -short $(PKGS)
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet $(PKGS)
+
+tidy: ## go mod tidy
+	$(GO) mod tidy
+
+generate: ## go generate
+	$(GO) generate $(PKGS)

@@ -1,0 +1,98 @@
+// Package config reads the riverbus process configuration from the
+// environment, once, with envconfig. Every variable has the RIVERBUS_ prefix;
+// DATABASE_URL is also accepted without it, as River's CLI does.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Prefix is the prefix of every riverbus environment variable.
+const Prefix = "RIVERBUS"
+
+// Config is the whole process configuration. The README's configuration
+// table lists these fields; a test keeps the two in step.
+type Config struct {
+	DatabaseURL string `envconfig:"DATABASE_URL" desc:"PostgreSQL URL. Empty: make run and riverbus dev start a throwaway local server; other commands refuse to start."`
+
+	GapTimeout       time.Duration `envconfig:"GAP_TIMEOUT" default:"5s" desc:"How long the horizon waits for a missing sequence that cannot yet be proven rolled back before it skips it (and watches it for a late commit)."`
+	GapCheckInterval time.Duration `envconfig:"GAP_CHECK_INTERVAL" default:"10ms" desc:"How often the horizon re-checks while a gap is open, so a rolled-back gap is passed within about this long."`
+	PollInterval     time.Duration `envconfig:"POLL_INTERVAL" default:"1s" desc:"Fan-out poll interval: the longest a lost NOTIFY or a dropped listener connection can delay delivery."`
+	BatchSize        int           `envconfig:"BATCH_SIZE" default:"1000" desc:"Most events a pool turns into jobs in one fan-out transaction."`
+	FanoutWorkers    int           `envconfig:"FANOUT_WORKERS" default:"4" desc:"Pools one fan-out process works on at the same time."`
+
+	UIAddr      string `envconfig:"UI_ADDR" default:"127.0.0.1:8080" desc:"Address River UI listens on. A non-loopback address requires UI_USER and UI_PASSWORD."`
+	UIUser      string `envconfig:"UI_USER" desc:"Basic-auth user for River UI; with UI_PASSWORD, the UI requires it."`
+	UIPassword  string `envconfig:"UI_PASSWORD" desc:"Basic-auth password for River UI."`
+	MetricsAddr string `envconfig:"METRICS_ADDR" default:"127.0.0.1:9090" desc:"Address of the Prometheus metrics endpoint (/metrics). Empty disables it."`
+
+	LogLevel  string `envconfig:"LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
+	LogFormat string `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json."`
+}
+
+// Load reads the configuration from the environment and validates it. Its
+// error names the offending variable.
+func Load() (*Config, error) {
+	var c Config
+	if err := envconfig.Process(Prefix, &c); err != nil {
+		var perr *envconfig.ParseError
+		if errors.As(err, &perr) {
+			return nil, fmt.Errorf("invalid %s_%s=%q: want a %s", Prefix, perr.KeyName, perr.Value, perr.TypeName)
+		}
+		return nil, fmt.Errorf("read configuration: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate checks every field and names the variable of the first bad one.
+func (c *Config) Validate() error {
+	v := func(name string) string { return Prefix + "_" + name }
+	switch {
+	case c.GapTimeout <= 0:
+		return fmt.Errorf("%s must be positive, got %s", v("GAP_TIMEOUT"), c.GapTimeout)
+	case c.GapCheckInterval <= 0:
+		return fmt.Errorf("%s must be positive, got %s", v("GAP_CHECK_INTERVAL"), c.GapCheckInterval)
+	case c.PollInterval <= 0:
+		return fmt.Errorf("%s must be positive, got %s", v("POLL_INTERVAL"), c.PollInterval)
+	case c.BatchSize < 1 || c.BatchSize > 100_000:
+		return fmt.Errorf("%s must be between 1 and 100000, got %d", v("BATCH_SIZE"), c.BatchSize)
+	case c.FanoutWorkers < 1 || c.FanoutWorkers > 1000:
+		return fmt.Errorf("%s must be between 1 and 1000, got %d", v("FANOUT_WORKERS"), c.FanoutWorkers)
+	case (c.UIUser == "") != (c.UIPassword == ""):
+		return fmt.Errorf("%s and %s must be set together", v("UI_USER"), v("UI_PASSWORD"))
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("%s: %w", v("LOG_LEVEL"), err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("%s must be text or json, got %q", v("LOG_FORMAT"), c.LogFormat)
+	}
+	for name, addr := range map[string]string{"UI_ADDR": c.UIAddr, "METRICS_ADDR": c.MetricsAddr} {
+		if addr == "" && name == "METRICS_ADDR" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s must be host:port, got %q: %w", v(name), addr, err)
+		}
+	}
+	return nil
+}
+
+// ParseLogLevel parses debug, info, warn or error.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToLower(s))); err != nil {
+		return 0, fmt.Errorf("want debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}

@@ -1,0 +1,289 @@
+// Package pgtest gives each test its own database on a real PostgreSQL.
+//
+// A package's TestMain calls Main, which starts a throwaway server (or uses
+// RIVERBUS_TEST_DATABASE_URL), migrates a template database once, and stops
+// the server when the tests end, also on SIGINT or SIGTERM. NewPool then
+// creates a fresh database from the template in a few milliseconds.
+package pgtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/internal/pgserver"
+	"github.com/riverbus/riverbus/migrations"
+)
+
+// EnvURL names the variable that points the tests at an existing server. The
+// URL's user must be allowed to create databases.
+const EnvURL = "RIVERBUS_TEST_DATABASE_URL"
+
+var (
+	adminURL string // URL of a maintenance database on the test server
+	server   *pgserver.Server
+	template string
+	counter  atomic.Int64
+	prefix   string
+	setupMu  sync.Mutex
+)
+
+// Main runs the package's tests against a real PostgreSQL and exits.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	if err := setup(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		return 1
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "pgtest: %s: stopping the test server\n", sig)
+		teardown()
+		os.Exit(1)
+	}()
+	code := m.Run()
+	signal.Stop(sigs)
+	teardown()
+	return code
+}
+
+func setup(ctx context.Context) error {
+	if u := os.Getenv(EnvURL); u != "" {
+		adminURL = u
+	} else {
+		srv, err := pgserver.Start(ctx, pgserver.Opts{})
+		if err != nil {
+			return err
+		}
+		server = srv
+		adminURL = srv.URL("postgres")
+	}
+	prefix = fmt.Sprintf("rbt_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000)
+	name, err := ensureTemplate(ctx)
+	if err != nil {
+		teardown()
+		return err
+	}
+	template = name
+	return nil
+}
+
+func teardown() {
+	if server != nil {
+		_ = server.Stop()
+		return
+	}
+	// An external server: drop what this process created.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", prefix+"%")
+	if err != nil {
+		return
+	}
+	names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, n := range names {
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)")
+	}
+}
+
+// ensureTemplate creates the migrated template database once per schema
+// version; its name carries a hash of the migrations, so a schema change
+// gets a new template on a shared server.
+func ensureTemplate(ctx context.Context) (string, error) {
+	all, err := migrations.All()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, m := range all {
+		h.Write([]byte(m.SQL))
+	}
+	name := "riverbus_template_" + hex.EncodeToString(h.Sum(nil))[:12]
+
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to test server: %w", err)
+	}
+	defer conn.Close(ctx)
+	// Several test binaries may share one external server.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(7263, 1)"); err != nil {
+		return "", err
+	}
+	defer conn.Exec(ctx, "SELECT pg_advisory_unlock(7263, 1)") //nolint:errcheck
+
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		return "", fmt.Errorf("create template: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(adminURL, name))
+	if err != nil {
+		return "", err
+	}
+	_, err = migrations.Up(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("migrate template: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident+" WITH IS_TEMPLATE true"); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// NewDatabase creates a fresh, migrated database for the test and returns its
+// URL. The database is dropped when the test ends.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	if template == "" {
+		t.Fatal("pgtest: call pgtest.Main(m) from TestMain")
+	}
+	name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident+" TEMPLATE "+pgx.Identifier{template}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+	})
+	return withDatabase(adminURL, name)
+}
+
+// NewPool creates a fresh, migrated database for the test and returns a pool
+// connected to it. The pool is closed and the database dropped when the test
+// ends.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return Connect(t, NewDatabase(t))
+}
+
+// NewEmptyDatabase creates a database with no schema at all, for tests of the
+// migrations themselves, and returns its URL.
+func NewEmptyDatabase(t testing.TB) string {
+	t.Helper()
+	if adminURL == "" {
+		t.Fatal("pgtest: call pgtest.Main(m) from TestMain")
+	}
+	name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+	})
+	return withDatabase(adminURL, name)
+}
+
+// Connect opens a pool to url that is closed when the test ends.
+func Connect(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("pgtest: parse url: %v", err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Server returns the throwaway server the tests run against, or nil when they
+// use RIVERBUS_TEST_DATABASE_URL.
+func Server() *pgserver.Server { return server }
+
+// NewServer starts a dedicated throwaway server for one test (one it may
+// restart or break) with a migrated database, and returns the server and that
+// database's URL. Both go when the test ends.
+func NewServer(t testing.TB) (*pgserver.Server, string) {
+	t.Helper()
+	setupMu.Lock()
+	defer setupMu.Unlock()
+	ctx := context.Background()
+	srv, err := pgserver.Start(ctx, pgserver.Opts{})
+	if err != nil {
+		t.Fatalf("pgtest: start server: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	pool, err := pgxpool.New(ctx, srv.URL("postgres"))
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer pool.Close()
+	if _, err := migrations.Up(ctx, pool); err != nil {
+		t.Fatalf("pgtest: migrate: %v", err)
+	}
+	return srv, srv.URL("postgres")
+}
+
+func withDatabase(rawURL, database string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" {
+		// key=value form
+		return strings.TrimSpace(rawURL) + " dbname=" + database
+	}
+	u.Path = "/" + database
+	return u.String()
+}

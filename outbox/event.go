@@ -1,0 +1,26 @@
+package outbox
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Event is the event envelope: one row of riverbus_event. River job args of
+// every pool embed it, so its JSON names are a contract.
+//
+// On append, GlobalSequence is ignored (the database assigns it), EventID
+// may be left zero (a UUIDv7 is generated), Data must be valid JSON,
+// Metadata must be a JSON object or empty, and OccurredAt may be left zero
+// (the commit-time clock of the database, now(), is used).
+type Event struct {
+	GlobalSequence int64           `json:"global_sequence"`
+	EventID        uuid.UUID       `json:"event_id"`
+	Type           string          `json:"type"`
+	Key            string          `json:"key"`
+	Tags           []string        `json:"tags"`
+	Data           json.RawMessage `json:"data"`
+	Metadata       json.RawMessage `json:"metadata"`
+	OccurredAt     time.Time       `json:"occurred_at"`
+}
