@@ -34,7 +34,7 @@ CREATE TABLE riverbus_skipped (
 );
 
 CREATE TABLE riverbus_pool (
-  name text PRIMARY KEY CONSTRAINT riverbus_pool_name_valid CHECK (name ~ '^[A-Za-z0-9_.:-]{1,100}$'),
+  name text PRIMARY KEY CONSTRAINT riverbus_pool_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$'),
   queue text NOT NULL DEFAULT 'default' CONSTRAINT riverbus_pool_queue_valid CHECK (queue ~ '^[a-z0-9]+([_|-]?[a-z0-9]+)*$' AND char_length(queue) <= 64),
   event_types text[] NOT NULL DEFAULT '{}',
   tags text[] NOT NULL DEFAULT '{}' CONSTRAINT riverbus_pool_tags_valid CHECK (riverbus_tags_valid(tags)),
@@ -45,11 +45,18 @@ CREATE TABLE riverbus_pool (
   status text NOT NULL DEFAULT 'active' CONSTRAINT riverbus_pool_status CHECK (status IN ('active', 'paused')),
   -- every event <= cursor_seq has been turned into a job (or filtered out)
   cursor_seq bigint NOT NULL,
-  -- every job for an event <= checkpoint_seq is finished
-  checkpoint_seq bigint NOT NULL,
   events_fanned_out bigint NOT NULL DEFAULT 0,
   late_events_delivered bigint NOT NULL DEFAULT 0,
   created_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Per pool: every job for an event <= checkpoint_seq is finished. A table of
+-- its own, so advancing a checkpoint never locks the row the fan-out locks.
+-- No row yet: the checkpoint is the pool's start_after.
+CREATE TABLE riverbus_pool_checkpoint (
+  pool text PRIMARY KEY REFERENCES riverbus_pool (name) ON DELETE CASCADE ON UPDATE CASCADE,
+  checkpoint_seq bigint NOT NULL,
   updated_at timestamptz NOT NULL DEFAULT now()
 );
 

@@ -1,0 +1,26 @@
+// Package fanout turns committed events into River jobs, one per event per
+// matching pool, with no leader and no lost or duplicated events.
+//
+// # Horizon
+//
+// The horizon is the highest global sequence H such that every sequence up
+// to H is visible, proven never to commit, or skipped by the gap timeout
+// and watched. AdvanceHorizon moves it one round; whichever instance gets
+// the round's advisory lock does the round and the others skip it. A gap
+// (a missing sequence below a visible one) is passed at once when the
+// snapshot proves every transaction that could hold it has ended, and
+// after Config.GapTimeout otherwise. A skipped sequence that commits later
+// is a late event: delivered to every pool that passed it, flagged late.
+//
+// # Pools
+//
+// A pool is a named consumer group (CreatePool): its name is the River job
+// kind, and every event matching its type and tag filters becomes one job.
+//
+// # Fan-out
+//
+// FanOutPool runs one batch of one pool in one transaction: lock the pool
+// row FOR UPDATE SKIP LOCKED, read its events in (cursor, H], insert their
+// jobs, move the cursor, commit. Fanout.Run loops over horizon rounds and
+// pool batches, woken by LISTEN riverbus_event and a poll interval.
+package fanout

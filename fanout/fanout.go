@@ -1,0 +1,526 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgxlisten"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverbus/riverbus/outbox"
+)
+
+// Defaults of Config fields.
+const (
+	GapTimeoutDefault       = 5 * time.Second
+	GapCheckIntervalDefault = 10 * time.Millisecond
+	PollIntervalDefault     = time.Second
+	BatchSizeDefault        = 1000
+	WorkersDefault          = 4
+	horizonPageSize         = 10_000
+)
+
+// Config configures a Fanout. Zero fields take their defaults.
+type Config struct {
+	// GapTimeout is how long the horizon waits at a missing sequence that it
+	// cannot prove rolled back before skipping it (it is then watched, and
+	// delivered late if it commits). Default GapTimeoutDefault.
+	GapTimeout time.Duration
+	// GapCheckInterval is how often the horizon looks again while a gap is
+	// open: a rolled-back gap costs about this much. Default
+	// GapCheckIntervalDefault.
+	GapCheckInterval time.Duration
+	// PollInterval bounds how long a lost notification can delay delivery.
+	// Default PollIntervalDefault.
+	PollInterval time.Duration
+	// BatchSize is the most events one pool transaction turns into jobs.
+	// Default BatchSizeDefault.
+	BatchSize int
+	// Workers is how many pools this instance fans out at the same time.
+	// Default WorkersDefault.
+	Workers int
+	// Logger receives logs. Default: slog.Default().
+	Logger *slog.Logger
+	// OnBatch, when set, is called after each committed pool batch. Tests
+	// and metrics use it.
+	OnBatch func(BatchResult)
+}
+
+// BatchResult describes one committed pool batch.
+type BatchResult struct {
+	Pool   string
+	Jobs   int   // jobs inserted (late ones included)
+	Late   int   // late events delivered
+	Cursor int64 // cursor after the batch
+}
+
+// Stats are this instance's counters since New.
+type Stats struct {
+	EventsFannedOut map[string]int64 // per pool, late events included
+	LateDelivered   map[string]int64 // per pool
+	GapsProvenDead  int64            // sequences
+	GapsSkipped     int64            // sequences skipped by the gap timeout
+	LateEvents      int64            // skipped sequences that committed after all
+	Horizon         int64
+}
+
+// Fanout advances the horizon and turns events into River jobs, one per
+// event per matching pool. Any number of instances may run against one
+// database; they share the work through row and advisory locks.
+type Fanout struct {
+	db     *pgxpool.Pool
+	cfg    Config
+	river  *river.Client[pgx.Tx]
+	logger *slog.Logger
+
+	mu    sync.Mutex
+	stats Stats
+
+	wake chan struct{}
+}
+
+// New validates cfg and returns a Fanout. It does not touch the database.
+func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.GapTimeout = cmpOrDur(c.GapTimeout, GapTimeoutDefault)
+	c.GapCheckInterval = cmpOrDur(c.GapCheckInterval, GapCheckIntervalDefault)
+	c.PollInterval = cmpOrDur(c.PollInterval, PollIntervalDefault)
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.Workers == 0 {
+		c.Workers = WorkersDefault
+	}
+	switch {
+	case c.GapTimeout < 0:
+		return nil, fmt.Errorf("GapTimeout must be positive, got %s", c.GapTimeout)
+	case c.GapCheckInterval < 0:
+		return nil, fmt.Errorf("GapCheckInterval must be positive, got %s", c.GapCheckInterval)
+	case c.PollInterval < 0:
+		return nil, fmt.Errorf("PollInterval must be positive, got %s", c.PollInterval)
+	case c.BatchSize < 1 || c.BatchSize > 100_000:
+		return nil, fmt.Errorf("BatchSize must be between 1 and 100000, got %d", c.BatchSize)
+	case c.Workers < 1:
+		return nil, fmt.Errorf("Workers must be at least 1, got %d", c.Workers)
+	}
+	if db == nil {
+		return nil, errors.New("fanout.New: db is nil")
+	}
+	logger := c.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	// An insert-only River client: no workers, no queues.
+	rc, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	return &Fanout{
+		db: db, cfg: c, river: rc, logger: logger.With("component", "fanout"),
+		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}},
+		wake:  make(chan struct{}, 1),
+	}, nil
+}
+
+func cmpOrDur(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// Stats returns a copy of this instance's counters.
+func (f *Fanout) Stats() Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.stats
+	s.EventsFannedOut = make(map[string]int64, len(f.stats.EventsFannedOut))
+	for k, v := range f.stats.EventsFannedOut {
+		s.EventsFannedOut[k] = v
+	}
+	s.LateDelivered = make(map[string]int64, len(f.stats.LateDelivered))
+	for k, v := range f.stats.LateDelivered {
+		s.LateDelivered[k] = v
+	}
+	return s
+}
+
+// Wake asks Run for a pass now, as a notification does.
+func (f *Fanout) Wake() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run advances the horizon and fans out until ctx ends, then returns nil. A
+// batch in flight when ctx ends is rolled back, never half applied. Database
+// errors are logged and retried with backoff; they never end Run.
+func (f *Fanout) Run(ctx context.Context) error {
+	listenCtx, stopListen := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	listener := &pgxlisten.Listener{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, f.db.Config().ConnConfig.Copy())
+		},
+		LogError: func(ctx context.Context, err error) {
+			if ctx.Err() == nil {
+				f.logger.Warn("listener: reconnecting", "error", err)
+			}
+		},
+		ReconnectDelay: time.Second,
+	}
+	h := &wakeHandler{f: f}
+	listener.Handle("riverbus_event", h)
+	listener.Handle("riverbus_horizon", h)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = listener.Listen(listenCtx)
+	}()
+	defer func() {
+		stopListen()
+		wg.Wait()
+	}()
+
+	backoff := time.Duration(0)
+	for {
+		pass, err := f.Pass(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var wait time.Duration
+		switch {
+		case err != nil:
+			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
+			wait = backoff + time.Duration(rand.Int64N(int64(backoff/4)+1))
+			f.logger.Error("fan-out pass failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+		case pass.More:
+			backoff = 0
+			continue
+		case pass.Holding:
+			backoff = 0
+			wait = f.cfg.GapCheckInterval
+		default:
+			backoff = 0
+			wait = f.cfg.PollInterval
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-f.wake:
+			timer.Stop()
+			if err != nil {
+				// Still wait out the backoff, but no longer than needed.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+type wakeHandler struct{ f *Fanout }
+
+func (h *wakeHandler) HandleNotification(context.Context, *pgconn.Notification, *pgx.Conn) error {
+	h.f.Wake()
+	return nil
+}
+
+// HandleBacklog runs after LISTEN is in place: wake once, so nothing that
+// committed before the listener (re)connected waits for the poll interval.
+func (h *wakeHandler) HandleBacklog(context.Context, string, *pgx.Conn) error {
+	h.f.Wake()
+	return nil
+}
+
+// PassResult says what one Pass did.
+type PassResult struct {
+	Horizon RoundResult
+	Jobs    int  // jobs inserted over all pools
+	More    bool // a round or a batch was full: call again at once
+	Holding bool // the horizon waits at an open gap: look again soon
+}
+
+// Pass runs horizon rounds until the horizon stops moving, then one batch
+// for every active pool that this instance can lock. Run calls it in a loop;
+// tests call it directly.
+func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
+	var res PassResult
+	for range 10 {
+		round, err := AdvanceHorizon(ctx, f.db, f.cfg.GapTimeout, horizonPageSize)
+		if err != nil {
+			return res, err
+		}
+		res.Horizon = round
+		f.recordRound(round)
+		if !round.More || !round.Moved {
+			break
+		}
+	}
+	if !res.Horizon.Locked {
+		// Another instance holds the horizon; it may be waiting at a gap.
+		res.Holding = true
+	}
+	res.Holding = res.Holding || res.Horizon.Holding
+	if res.Horizon.Late > 0 || res.Horizon.Forgotten > 0 {
+		if _, err := RetireLateEvents(ctx, f.db); err != nil {
+			return res, err
+		}
+	}
+
+	rows, err := f.db.Query(ctx, sqlActivePoolNames)
+	if err != nil {
+		return res, fmt.Errorf("list active pools: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return res, fmt.Errorf("list active pools: %w", err)
+	}
+	// Instances start at different pools so they spread out.
+	if len(names) > 1 {
+		k := rand.IntN(len(names))
+		names = append(names[k:], names[:k]...)
+	}
+
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, f.cfg.Workers)
+	)
+	for _, name := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			b, full, err := f.FanOutPool(ctx, name)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			res.Jobs += b.Jobs
+			res.More = res.More || full
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil && res.Horizon.Late > 0 {
+		// Pools may now have delivered every late event.
+		_, firstErr = RetireLateEvents(ctx, f.db)
+	}
+	res.More = res.More || (res.Horizon.More && res.Horizon.Moved)
+	return res, firstErr
+}
+
+func (f *Fanout) recordRound(r RoundResult) {
+	if !r.Locked {
+		return
+	}
+	f.mu.Lock()
+	f.stats.Horizon = r.Horizon
+	f.stats.GapsProvenDead += r.ProvenDead
+	f.stats.GapsSkipped += r.Skipped
+	f.stats.LateEvents += r.Late
+	f.mu.Unlock()
+	if r.Skipped > 0 {
+		f.logger.Warn("gap timeout: horizon skipped missing sequences; they are watched and will be delivered late if they commit",
+			"count", r.Skipped, "horizon", r.Horizon, "gap_timeout", f.cfg.GapTimeout)
+	}
+	if r.Late > 0 {
+		f.logger.Warn("late events: skipped sequences committed after their gap timed out; delivering them to pools that passed them",
+			"count", r.Late)
+	}
+	if r.ProvenDead > 0 {
+		f.logger.Debug("gap proven rolled back", "sequences", r.ProvenDead, "horizon", r.Horizon)
+	}
+}
+
+// jobArgs is what a pool job carries: the event envelope, flagged late when
+// it committed after its gap timed out. workers.Args decodes it.
+type jobArgs struct {
+	kind string
+	outbox.Event
+	Late bool `json:"late,omitempty"`
+}
+
+func (a jobArgs) Kind() string { return a.kind }
+
+type lockedPool struct {
+	queue       string
+	eventTypes  []string
+	tags        []string
+	maxAttempts int16
+	priority    int16
+	startAfter  int64
+	cursor      int64
+}
+
+// FanOutPool runs one batch for pool name in one transaction: lock the pool
+// row (skipping it when another instance has it), turn the events in
+// (cursor, horizon] into jobs, deliver late events, move the cursor, commit.
+// full reports that the batch was full, so more may be waiting.
+func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool, error) {
+	res := BatchResult{Pool: name}
+	full := false
+	err := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
+		var p lockedPool
+		err := tx.QueryRow(ctx, sqlPoolLock, name).Scan(&p.queue, &p.eventTypes, &p.tags, &p.maxAttempts,
+			&p.priority, &p.startAfter, &p.cursor)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // paused, deleted, or another instance has it now
+		}
+		if err != nil {
+			return fmt.Errorf("lock pool: %w", err)
+		}
+		var horizon int64
+		var anySkipped bool
+		if err := tx.QueryRow(ctx, sqlHorizonAndSkipped).Scan(&horizon, &anySkipped); err != nil {
+			return fmt.Errorf("read horizon: %w", err)
+		}
+
+		var params []river.InsertManyParams
+		newCursor := p.cursor
+		if horizon > p.cursor {
+			var rows pgx.Rows
+			if len(p.eventTypes) > 0 {
+				rows, err = tx.Query(ctx, sqlEventsOfTypes, p.cursor, horizon, p.tags, f.cfg.BatchSize, p.eventTypes)
+			} else {
+				rows, err = tx.Query(ctx, sqlEventsAll, p.cursor, horizon, p.tags, f.cfg.BatchSize)
+			}
+			if err != nil {
+				return fmt.Errorf("read events: %w", err)
+			}
+			events, err := pgx.CollectRows(rows, scanEvent)
+			if err != nil {
+				return fmt.Errorf("read events: %w", err)
+			}
+			full = len(events) == f.cfg.BatchSize
+			newCursor = horizon
+			if full {
+				newCursor = events[len(events)-1].GlobalSequence
+			}
+			for _, e := range events {
+				params = append(params, p.insertParams(name, e, false))
+			}
+			if anySkipped {
+				if _, err := tx.Exec(ctx, sqlPoolLateRecordRange, name, p.cursor, newCursor); err != nil {
+					return fmt.Errorf("record skipped sequences passed: %w", err)
+				}
+			}
+		}
+
+		lateCount := 0
+		if anySkipped && p.cursor > p.startAfter {
+			rows, err := tx.Query(ctx, sqlLateEvents, name, p.cursor, p.startAfter)
+			if err != nil {
+				return fmt.Errorf("read late events: %w", err)
+			}
+			late, err := pgx.CollectRows(rows, scanEvent)
+			if err != nil {
+				return fmt.Errorf("read late events: %w", err)
+			}
+			if len(late) > 0 {
+				seqs := make([]int64, len(late))
+				for i, e := range late {
+					seqs[i] = e.GlobalSequence
+					if p.matches(e) {
+						params = append(params, p.insertParams(name, e, true))
+						lateCount++
+					}
+				}
+				if _, err := tx.Exec(ctx, sqlPoolLateRecord, name, seqs); err != nil {
+					return fmt.Errorf("record late events: %w", err)
+				}
+			}
+		}
+
+		if newCursor == p.cursor && len(params) == 0 {
+			return nil
+		}
+		if len(params) > 0 {
+			if _, err := f.river.InsertManyFastTx(ctx, tx, params); err != nil {
+				return fmt.Errorf("insert jobs: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, sqlPoolAdvance, name, newCursor, len(params), lateCount); err != nil {
+			return fmt.Errorf("advance cursor: %w", err)
+		}
+		res.Jobs, res.Late, res.Cursor = len(params), lateCount, newCursor
+		return nil
+	})
+	if err != nil {
+		return BatchResult{}, false, fmt.Errorf("fan out pool %q: %w", name, err)
+	}
+	if res.Jobs > 0 || res.Late > 0 {
+		f.mu.Lock()
+		f.stats.EventsFannedOut[name] += int64(res.Jobs)
+		f.stats.LateDelivered[name] += int64(res.Late)
+		f.mu.Unlock()
+		if res.Late > 0 {
+			f.logger.Warn("delivered late events", "pool", name, "count", res.Late)
+		}
+		if f.cfg.OnBatch != nil {
+			f.cfg.OnBatch(res)
+		}
+	}
+	return res, full, nil
+}
+
+func (p *lockedPool) matches(e outbox.Event) bool {
+	if len(p.eventTypes) > 0 && !slices.Contains(p.eventTypes, e.Type) {
+		return false
+	}
+	for _, t := range p.tags {
+		if !slices.Contains(e.Tags, t) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *lockedPool) insertParams(kind string, e outbox.Event, late bool) river.InsertManyParams {
+	return river.InsertManyParams{
+		Args: jobArgs{kind: kind, Event: e, Late: late},
+		InsertOpts: &river.InsertOpts{
+			Queue:       p.queue,
+			MaxAttempts: int(p.maxAttempts),
+			Priority:    int(p.priority),
+		},
+	}
+}
+
+func scanEvent(row pgx.CollectableRow) (outbox.Event, error) {
+	var e outbox.Event
+	var data, metadata []byte
+	var id uuid.UUID
+	err := row.Scan(&e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt)
+	e.EventID = id
+	e.Data = json.RawMessage(data)
+	e.Metadata = json.RawMessage(metadata)
+	return e, err
+}

@@ -1,0 +1,697 @@
+package fanout_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testBundle struct {
+	db *pgxpool.Pool
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	return &testBundle{db: pgtest.NewPool(t)}
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelError + 1}))
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func newFanout(t *testing.T, db *pgxpool.Pool, cfg fanout.Config) *fanout.Fanout {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	f, err := fanout.New(db, &cfg)
+	require.NoError(t, err)
+	return f
+}
+
+// runFanout runs f in the background until the test ends.
+func runFanout(t *testing.T, f *fanout.Fanout) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(15 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+}
+
+func createPool(t *testing.T, db *pgxpool.Pool, params fanout.PoolParams) *fanout.Pool {
+	t.Helper()
+	p, _, err := fanout.CreatePool(context.Background(), db, params)
+	require.NoError(t, err)
+	return p
+}
+
+const insertEvent = `INSERT INTO riverbus_event (type, key, tags, data) VALUES ($1, $2, $3, '{"n": 1}') RETURNING global_sequence`
+
+func appendEvent(t *testing.T, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, typ string, tags ...string) int64 {
+	t.Helper()
+	if tags == nil {
+		tags = []string{}
+	}
+	var seq int64
+	require.NoError(t, db.QueryRow(context.Background(), insertEvent, typ, "k", tags).Scan(&seq))
+	return seq
+}
+
+// openWriter starts a transaction that appends one event and holds it.
+func openWriter(t *testing.T, db *pgxpool.Pool) (pgx.Tx, int64) {
+	t.Helper()
+	tx, err := db.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx, appendEvent(t, tx, "held")
+}
+
+// jobs returns, per global sequence, how many jobs pool has and whether any
+// is flagged late.
+func jobs(t *testing.T, db *pgxpool.Pool, pool string) (map[int64]int, map[int64]bool) {
+	t.Helper()
+	rows, err := db.Query(context.Background(),
+		`SELECT (args->>'global_sequence')::bigint, coalesce((args->>'late')::boolean, false) FROM river_job WHERE kind = $1`, pool)
+	require.NoError(t, err)
+	counts, late := map[int64]int{}, map[int64]bool{}
+	for rows.Next() {
+		var seq int64
+		var l bool
+		require.NoError(t, rows.Scan(&seq, &l))
+		counts[seq]++
+		late[seq] = late[seq] || l
+	}
+	require.NoError(t, rows.Err())
+	return counts, late
+}
+
+func horizon(t *testing.T, db *pgxpool.Pool) *fanout.HorizonStatus {
+	t.Helper()
+	h, err := fanout.GetHorizon(context.Background(), db)
+	require.NoError(t, err)
+	return h
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func pass(t *testing.T, f *fanout.Fanout) fanout.PassResult {
+	t.Helper()
+	res, err := f.Pass(context.Background())
+	require.NoError(t, err)
+	return res
+}
+
+func TestOutOfOrderCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "a"})
+	createPool(t, b.db, fanout.PoolParams{Name: "b"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
+
+	txA, n := openWriter(t, b.db)
+	n1 := appendEvent(t, b.db, "later") // tx B: commits first
+	require.Equal(t, n+1, n1)
+
+	pass(t, f)
+	require.Equal(t, n-1, horizon(t, b.db).Horizon, "horizon must stop below the uncommitted N")
+	for _, pool := range []string{"a", "b"} {
+		counts, _ := jobs(t, b.db, pool)
+		require.Empty(t, counts, "nothing past the hole may be fanned out")
+	}
+
+	require.NoError(t, txA.Commit(ctx))
+	pass(t, f)
+	require.Equal(t, n1, horizon(t, b.db).Horizon)
+	for _, pool := range []string{"a", "b"} {
+		counts, late := jobs(t, b.db, pool)
+		require.Equal(t, map[int64]int{n: 1, n1: 1}, counts, pool)
+		require.False(t, late[n])
+		p, err := fanout.GetPool(ctx, b.db, pool)
+		require.NoError(t, err)
+		require.Equal(t, n1, p.Cursor)
+		require.Equal(t, int64(2), p.EventsFannedOut)
+	}
+}
+
+func TestInFlightGapHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour, GapCheckInterval: 5 * time.Millisecond})
+	runFanout(t, f)
+
+	before := appendEvent(t, b.db, "before")
+	eventually(t, 10*time.Second, "event before the hole fanned out", func() bool {
+		c, _ := jobs(t, b.db, "p")
+		return c[before] == 1
+	})
+	txA, n := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "after")
+
+	// Give the fan-out many rounds (at 5 ms each) to misbehave.
+	eventually(t, 10*time.Second, "the gap recorded", func() bool { return horizon(t, b.db).OpenGaps == 1 })
+	time.Sleep(300 * time.Millisecond)
+	h := horizon(t, b.db)
+	require.Equal(t, before, h.Horizon)
+	require.Zero(t, h.GapsSkipped)
+	require.Zero(t, h.Watching)
+	c, _ := jobs(t, b.db, "p")
+	require.Equal(t, map[int64]int{before: 1}, c)
+
+	require.NoError(t, txA.Commit(ctx))
+	eventually(t, 10*time.Second, "both delivered after commit", func() bool {
+		c, _ := jobs(t, b.db, "p")
+		return len(c) == 3
+	})
+	c, late := jobs(t, b.db, "p")
+	require.Equal(t, map[int64]int{before: 1, n: 1, after: 1}, c)
+	require.False(t, late[n])
+	require.Zero(t, horizon(t, b.db).GapsSkipped)
+}
+
+func TestRolledBackGapIsProvenNotTimedOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: 30 * time.Second})
+	runFanout(t, f)
+
+	txA, n := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "after")
+	eventually(t, 10*time.Second, "the gap recorded", func() bool { return horizon(t, b.db).OpenGaps == 1 })
+
+	require.NoError(t, txA.Rollback(ctx))
+	rolledBack := time.Now()
+	eventually(t, time.Second, "horizon past the rolled-back gap within a second", func() bool {
+		return horizon(t, b.db).Horizon >= after
+	})
+	t.Logf("rolled-back gap passed %s after the rollback", time.Since(rolledBack))
+
+	h := horizon(t, b.db)
+	require.Equal(t, int64(1), h.GapsProvenDead)
+	require.Zero(t, h.GapsSkipped)
+	require.Zero(t, h.Watching)
+	eventually(t, 5*time.Second, "event after the gap delivered", func() bool {
+		c, _ := jobs(t, b.db, "p")
+		return c[after] == 1
+	})
+	c, _ := jobs(t, b.db, "p")
+	require.Equal(t, map[int64]int{after: 1}, c)
+	require.NotContains(t, c, n)
+}
+
+// A long transaction that holds an xid but writes no event does not stall
+// the proof (it holds no lock on riverbus_event): a rolled-back gap still
+// passes at once.
+func TestUnrelatedLongTransactionDoesNotStallProof(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
+
+	pinned, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer pinned.Rollback(ctx) //nolint:errcheck
+	_, err = pinned.Exec(ctx, "SELECT pg_current_xact_id()")
+	require.NoError(t, err)
+	// It even reads the event table.
+	_, err = pinned.Exec(ctx, "SELECT count(*) FROM riverbus_event")
+	require.NoError(t, err)
+
+	txA, _ := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "after")
+	pass(t, f) // records the gap
+	require.NoError(t, txA.Rollback(ctx))
+	pass(t, f)
+	h := horizon(t, b.db)
+	require.Equal(t, after, h.Horizon)
+	require.Equal(t, int64(1), h.GapsProvenDead)
+	require.Zero(t, h.GapsSkipped)
+}
+
+// A transaction that could be a writer (it holds an xid and a RowExclusive
+// lock on riverbus_event) and stays open: a rolled-back gap cannot be
+// proven while it runs, so it is passed after the gap timeout, recorded as
+// skipped and counted; once the transaction ends, the skipped sequence is
+// proven dead and forgotten.
+func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: 700 * time.Millisecond})
+
+	pinned, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer pinned.Rollback(ctx) //nolint:errcheck
+	_, err = pinned.Exec(ctx, "SELECT pg_current_xact_id()")
+	require.NoError(t, err)
+	_, err = pinned.Exec(ctx, "LOCK TABLE riverbus_event IN ROW EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	txA, n := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "after")
+	pass(t, f) // records the gap
+	require.NoError(t, txA.Rollback(ctx))
+
+	start := time.Now()
+	pass(t, f)
+	require.Equal(t, n-1, horizon(t, b.db).Horizon, "the pinned xid must keep the proof from passing")
+	runFanout(t, f)
+	eventually(t, 10*time.Second, "gap skipped by timeout", func() bool { return horizon(t, b.db).Horizon >= after })
+	require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond)
+	require.Equal(t, int64(1), f.Stats().GapsSkipped)
+
+	h := horizon(t, b.db)
+	require.Equal(t, int64(1), h.GapsSkipped)
+	require.Zero(t, h.GapsProvenDead)
+	require.Equal(t, int64(1), h.Watching)
+
+	require.NoError(t, pinned.Rollback(ctx))
+	appendEvent(t, b.db, "wake")
+	eventually(t, 10*time.Second, "skipped sequence forgotten", func() bool { return horizon(t, b.db).Watching == 0 })
+	c, _ := jobs(t, b.db, "p")
+	require.NotContains(t, c, n)
+	require.Equal(t, 1, c[after])
+}
+
+func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "a"})
+	createPool(t, b.db, fanout.PoolParams{Name: "b"})
+	createPool(t, b.db, fanout.PoolParams{Name: "other-type", EventTypes: []string{"nope"}})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
+	runFanout(t, f)
+
+	txA, n := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "after")
+	eventually(t, 10*time.Second, "gap skipped and later event delivered", func() bool {
+		ca, _ := jobs(t, b.db, "a")
+		cb, _ := jobs(t, b.db, "b")
+		return ca[after] == 1 && cb[after] == 1
+	})
+	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped)
+
+	require.NoError(t, txA.Commit(ctx))
+	eventually(t, 10*time.Second, "late event delivered", func() bool {
+		ca, _ := jobs(t, b.db, "a")
+		cb, _ := jobs(t, b.db, "b")
+		return ca[n] == 1 && cb[n] == 1
+	})
+	eventually(t, 10*time.Second, "late record retired", func() bool {
+		var left int
+		require.NoError(t, b.db.QueryRow(ctx, "SELECT count(*) FROM riverbus_skipped").Scan(&left))
+		return left == 0
+	})
+	// More passes change nothing.
+	for range 5 {
+		pass(t, f)
+	}
+	for _, pool := range []string{"a", "b"} {
+		c, late := jobs(t, b.db, pool)
+		require.Equal(t, map[int64]int{n: 1, after: 1}, c, pool)
+		require.True(t, late[n], "late job flagged")
+		require.False(t, late[after])
+		p, err := fanout.GetPool(ctx, b.db, pool)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), p.LateEventsDelivered)
+	}
+	c, _ := jobs(t, b.db, "other-type")
+	require.Empty(t, c)
+	require.Equal(t, int64(1), horizon(t, b.db).LateEvents)
+	require.Equal(t, int64(1), f.Stats().LateEvents)
+	require.Equal(t, int64(1), f.Stats().LateDelivered["a"])
+}
+
+// Three Fanout instances, 50 writers x 20 events with random commit delays
+// and 10% rollbacks: every committed event becomes exactly one job per
+// matching pool, and no rolled-back one does.
+func TestBurstWithRollbacksAndSeveralFanouts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "all"})
+	createPool(t, b.db, fanout.PoolParams{Name: "all-2"})
+	createPool(t, b.db, fanout.PoolParams{Name: "odd", EventTypes: []string{"odd"}})
+	for range 3 {
+		runFanout(t, newFanout(t, b.db, fanout.Config{BatchSize: 50}))
+	}
+
+	var (
+		mu        sync.Mutex
+		committed = map[int64]string{}
+		rolled    = map[int64]bool{}
+		wg        sync.WaitGroup
+	)
+	for w := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				typ := "even"
+				if (w+i)%2 == 1 {
+					typ = "odd"
+				}
+				tx, err := b.db.Begin(ctx)
+				if !assertNoError(t, err) {
+					return
+				}
+				var seq int64
+				if !assertNoError(t, tx.QueryRow(ctx, insertEvent, typ, "k", []string{}).Scan(&seq)) {
+					return
+				}
+				time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
+				if rand.IntN(10) == 0 {
+					assertNoError(t, tx.Rollback(ctx))
+					mu.Lock()
+					rolled[seq] = true
+					mu.Unlock()
+					continue
+				}
+				if assertNoError(t, tx.Commit(ctx)) {
+					mu.Lock()
+					committed[seq] = typ
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	wg.Wait()
+	t.Logf("writers done in %s", time.Since(start))
+	require.NotEmpty(t, rolled)
+
+	odd := 0
+	for _, typ := range committed {
+		if typ == "odd" {
+			odd++
+		}
+	}
+	eventually(t, 60*time.Second, "every committed event fanned out", func() bool {
+		a, _ := jobs(t, b.db, "all")
+		a2, _ := jobs(t, b.db, "all-2")
+		o, _ := jobs(t, b.db, "odd")
+		return len(a) == len(committed) && len(a2) == len(committed) && len(o) == odd
+	})
+	t.Logf("all fanned out %s after start", time.Since(start))
+	for _, pool := range []string{"all", "all-2", "odd"} {
+		c, _ := jobs(t, b.db, pool)
+		for seq, n := range c {
+			require.Equal(t, 1, n, "pool %s seq %d duplicated", pool, seq)
+			typ, ok := committed[seq]
+			require.True(t, ok, "pool %s has a job for seq %d that never committed", pool, seq)
+			if pool == "odd" {
+				require.Equal(t, "odd", typ)
+			}
+		}
+	}
+	require.Zero(t, horizon(t, b.db).GapsSkipped, "rollbacks must be proven, not timed out")
+}
+
+func assertNoError(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+func TestCatchUpAndLiveHandOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var old []int64
+	for range 25 {
+		old = append(old, appendEvent(t, b.db, "t"))
+	}
+	createPool(t, b.db, fanout.PoolParams{Name: "from-beginning", From: fanout.FromBeginning})
+	createPool(t, b.db, fanout.PoolParams{Name: "from-now", From: fanout.FromNow})
+	createPool(t, b.db, fanout.PoolParams{Name: "from-seq", From: fanout.FromSequence(old[9])})
+	f := newFanout(t, b.db, fanout.Config{BatchSize: 7})
+	runFanout(t, f)
+
+	var live []int64
+	for range 10 {
+		live = append(live, appendEvent(t, b.db, "t"))
+	}
+	all := append(append([]int64{}, old...), live...)
+	eventually(t, 10*time.Second, "all fanned out", func() bool {
+		c, _ := jobs(t, b.db, "from-beginning")
+		c2, _ := jobs(t, b.db, "from-now")
+		return len(c) == len(all) && len(c2) == len(live)
+	})
+	expect := func(seqs []int64) map[int64]int {
+		m := map[int64]int{}
+		for _, s := range seqs {
+			m[s] = 1
+		}
+		return m
+	}
+	c, _ := jobs(t, b.db, "from-beginning")
+	require.Equal(t, expect(all), c)
+	c, _ = jobs(t, b.db, "from-now")
+	require.Equal(t, expect(live), c)
+	eventually(t, 10*time.Second, "from-seq fanned out", func() bool {
+		c, _ := jobs(t, b.db, "from-seq")
+		return len(c) == len(all)-10
+	})
+	c, _ = jobs(t, b.db, "from-seq")
+	require.Equal(t, expect(all[10:]), c)
+	p, err := fanout.GetPool(ctx, b.db, "from-now")
+	require.NoError(t, err)
+	require.Equal(t, live[len(live)-1], p.Cursor)
+}
+
+func TestFilters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "orders", EventTypes: []string{"order.placed", "order.paid"}})
+	createPool(t, b.db, fanout.PoolParams{Name: "eu", Tags: []string{"region=eu"}})
+	createPool(t, b.db, fanout.PoolParams{Name: "eu-paid", EventTypes: []string{"order.paid"}, Tags: []string{"region=eu", "tier=gold"}})
+	f := newFanout(t, b.db, fanout.Config{})
+
+	placedEU := appendEvent(t, b.db, "order.placed", "region=eu")
+	paidUS := appendEvent(t, b.db, "order.paid", "region=us", "tier=gold")
+	paidEUGold := appendEvent(t, b.db, "order.paid", "region=eu", "tier=gold")
+	paidEU := appendEvent(t, b.db, "order.paid", "region=eu")
+	shipped := appendEvent(t, b.db, "order.shipped")
+	pass(t, f)
+
+	c, _ := jobs(t, b.db, "orders")
+	require.Equal(t, map[int64]int{placedEU: 1, paidUS: 1, paidEUGold: 1, paidEU: 1}, c)
+	c, _ = jobs(t, b.db, "eu")
+	require.Equal(t, map[int64]int{placedEU: 1, paidEUGold: 1, paidEU: 1}, c)
+	c, _ = jobs(t, b.db, "eu-paid")
+	require.Equal(t, map[int64]int{paidEUGold: 1}, c)
+	for _, name := range []string{"orders", "eu", "eu-paid"} {
+		p, err := fanout.GetPool(ctx, b.db, name)
+		require.NoError(t, err)
+		require.Equal(t, shipped, p.Cursor, "cursor advances past non-matching events")
+	}
+}
+
+func TestJobLayout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "billing.v2", MaxAttempts: 3, Priority: 2})
+	seq := appendEvent(t, b.db, "invoice.created", "a=b")
+	pass(t, newFanout(t, b.db, fanout.Config{}))
+
+	var kind, queue string
+	var maxAttempts, priority int
+	var args map[string]any
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT kind, queue, max_attempts, priority, args FROM river_job`).
+		Scan(&kind, &queue, &maxAttempts, &priority, &args))
+	require.Equal(t, "billing.v2", kind)
+	require.Equal(t, "billing_v2", queue)
+	require.Equal(t, 3, maxAttempts)
+	require.Equal(t, 2, priority)
+	require.Equal(t, float64(seq), args["global_sequence"])
+	require.Equal(t, "invoice.created", args["type"])
+	require.Equal(t, "k", args["key"])
+	require.Equal(t, []any{"a=b"}, args["tags"])
+	require.Equal(t, map[string]any{"n": float64(1)}, args["data"])
+	require.Equal(t, map[string]any{}, args["metadata"])
+	require.NotEmpty(t, args["event_id"])
+	require.NotEmpty(t, args["occurred_at"])
+	require.NotContains(t, args, "late")
+}
+
+func TestPausedPoolIsNotFannedOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	f := newFanout(t, b.db, fanout.Config{})
+	_, err := fanout.SetPoolStatus(ctx, b.db, "p", fanout.PoolPaused)
+	require.NoError(t, err)
+	seq := appendEvent(t, b.db, "t")
+	pass(t, f)
+	c, _ := jobs(t, b.db, "p")
+	require.Empty(t, c)
+	_, err = fanout.SetPoolStatus(ctx, b.db, "p", fanout.PoolActive)
+	require.NoError(t, err)
+	pass(t, f)
+	c, _ = jobs(t, b.db, "p")
+	require.Equal(t, map[int64]int{seq: 1}, c)
+}
+
+func TestPoolAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	p, created, err := fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "billing", EventTypes: []string{"b", "a", "a"}})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, []string{"a", "b"}, p.EventTypes)
+	require.Equal(t, "billing", p.Queue)
+	require.Equal(t, fanout.MaxAttemptsDefault, p.MaxAttempts)
+	require.Equal(t, fanout.PoolActive, p.Status)
+
+	// Same settings: no-op.
+	_, created, err = fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "billing", EventTypes: []string{"a", "b"}})
+	require.NoError(t, err)
+	require.False(t, created)
+
+	// Other settings: refused unless Update.
+	_, _, err = fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "billing", MaxAttempts: 3})
+	require.ErrorIs(t, err, fanout.ErrPoolExists)
+	p, created, err = fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "billing", MaxAttempts: 3, Update: true})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, 3, p.MaxAttempts)
+	require.Empty(t, p.EventTypes)
+
+	for _, bad := range []fanout.PoolParams{
+		{Name: ""},
+		{Name: "has space"},
+		{Name: "drop;table"},
+		{Name: string(make([]byte, 101))},
+		{Name: "ok", Queue: "Bad Queue"},
+		{Name: "ok", Tags: []string{"novalue"}},
+		{Name: "ok", MaxAttempts: -1},
+		{Name: "ok", Priority: 5},
+	} {
+		_, _, err := fanout.CreatePool(ctx, b.db, bad)
+		require.ErrorIs(t, err, fanout.ErrInvalidPool, "%+v", bad)
+	}
+
+	_, err = fanout.GetPool(ctx, b.db, "nope")
+	require.ErrorIs(t, err, fanout.ErrUnknownPool)
+	require.Contains(t, err.Error(), "billing")
+
+	_, err = fanout.ParseStartPosition("yesterday")
+	require.ErrorIs(t, err, fanout.ErrInvalidPool)
+	pos, err := fanout.ParseStartPosition("42")
+	require.NoError(t, err)
+	require.Equal(t, "42", pos.String())
+
+	require.Equal(t, "billing_v2", fanout.DefaultQueue("Billing.v2"))
+	require.Equal(t, "a_b", fanout.DefaultQueue("a::b"))
+	require.True(t, errors.Is(err, nil) || err == nil)
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewPool(t)
+	for _, cfg := range []fanout.Config{
+		{GapTimeout: -time.Second},
+		{BatchSize: -1},
+		{BatchSize: 1_000_000},
+		{Workers: -2},
+	} {
+		_, err := fanout.New(db, &cfg)
+		require.Error(t, err)
+	}
+	_, err := fanout.New(nil, nil)
+	require.Error(t, err)
+}
+
+// The ordering that a bound of pg_snapshot_xmax gets wrong (see horizon.go):
+// H takes its xid first, G takes a newer one, G takes sequence N, H takes
+// N+1 and commits. G's xid is then above every completed xid, so it is in
+// no snapshot's xip list. The gap must still be held until G commits.
+func TestGapHeldForWriterWithNewestXid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
+
+	txH, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer txH.Rollback(ctx) //nolint:errcheck
+	_, err = txH.Exec(ctx, "SELECT pg_current_xact_id()")
+	require.NoError(t, err)
+	txG, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer txG.Rollback(ctx) //nolint:errcheck
+	_, err = txG.Exec(ctx, "SELECT pg_current_xact_id()")
+	require.NoError(t, err)
+
+	n := appendEvent(t, txG, "g")
+	n1 := appendEvent(t, txH, "h")
+	require.Equal(t, n+1, n1)
+	require.NoError(t, txH.Commit(ctx))
+
+	for range 20 {
+		pass(t, f)
+		time.Sleep(2 * time.Millisecond)
+	}
+	require.Equal(t, n-1, horizon(t, b.db).Horizon, "a running writer's gap must never be passed as proven")
+	require.Zero(t, horizon(t, b.db).GapsProvenDead)
+
+	require.NoError(t, txG.Commit(ctx))
+	pass(t, f)
+	c, _ := jobs(t, b.db, "p")
+	require.Equal(t, map[int64]int{n: 1, n1: 1}, c)
+}

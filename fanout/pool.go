@@ -1,0 +1,369 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Pool statuses.
+const (
+	PoolActive = "active"
+	PoolPaused = "paused"
+)
+
+// Pool defaults.
+const (
+	MaxAttemptsDefault = 25
+	PriorityDefault    = 1
+)
+
+var (
+	// ErrUnknownPool is returned for a pool name that does not exist. The
+	// error it comes wrapped in lists the pools that do.
+	ErrUnknownPool = errors.New("unknown pool")
+
+	// ErrPoolExists is returned by CreatePool when the pool exists with
+	// other settings and PoolParams.Update is false.
+	ErrPoolExists = errors.New("pool exists with other settings")
+
+	// ErrInvalidPool is returned for pool settings that are not valid.
+	ErrInvalidPool = errors.New("invalid pool")
+)
+
+// poolNameRE is River's rule for a job kind, narrowed to what is safe in SQL,
+// URLs and the UI.
+var (
+	poolNameRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$`)
+	queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
+	tagRE       = regexp.MustCompile(`^[^=]+=`)
+)
+
+// Pool is a named consumer group: every event that matches its filter
+// becomes exactly one River job of kind Name.
+type Pool struct {
+	Name        string
+	Queue       string
+	EventTypes  []string // empty: every type
+	Tags        []string // every listed name=value tag must be on the event
+	MaxAttempts int
+	Priority    int
+	// StartAfter: events with a higher global sequence are delivered.
+	StartAfter int64
+	Status     string
+	// Cursor: every event <= Cursor has been turned into a job or filtered out.
+	Cursor int64
+	// Checkpoint: every job of the pool for an event <= Checkpoint is finished.
+	Checkpoint          int64
+	EventsFannedOut     int64
+	LateEventsDelivered int64
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+}
+
+// StartPosition says where a new pool starts: from the beginning of the log,
+// from now (events appended after the pool is created), or after a given
+// global sequence.
+type StartPosition struct {
+	kind  string // "", "beginning", "now", "after"
+	after int64
+}
+
+// Start positions.
+var (
+	FromBeginning = StartPosition{kind: "beginning"}
+	FromNow       = StartPosition{kind: "now"}
+)
+
+// FromSequence starts a pool after sequence seq: the first event delivered is
+// the first one above seq.
+func FromSequence(seq int64) StartPosition { return StartPosition{kind: "after", after: seq} }
+
+// ParseStartPosition parses "beginning", "now" or a non-negative sequence
+// number.
+func ParseStartPosition(s string) (StartPosition, error) {
+	switch s {
+	case "beginning", "":
+		return FromBeginning, nil
+	case "now":
+		return FromNow, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return StartPosition{}, fmt.Errorf("%w: start position must be beginning, now or a sequence number >= 0, got %q", ErrInvalidPool, s)
+	}
+	return FromSequence(n), nil
+}
+
+func (p StartPosition) String() string {
+	if p.kind == "after" {
+		return strconv.FormatInt(p.after, 10)
+	}
+	return cmpOr(p.kind, "beginning")
+}
+
+// PoolParams are the settings of CreatePool.
+type PoolParams struct {
+	// Name is the pool name and the River job kind: letters, digits and
+	// _ . - : only, starting with a letter, digit or _, at most 100 chars.
+	Name string
+	// Queue is the River queue of the pool's jobs. Empty: derived from the
+	// name (lower case, other characters turned into _), e.g. "Billing.v2"
+	// → "billing_v2".
+	Queue string
+	// EventTypes filters by event type; empty means every type.
+	EventTypes []string
+	// Tags filters by tags (name=value); an event must carry all of them.
+	Tags []string
+	// MaxAttempts of each job. Zero: MaxAttemptsDefault.
+	MaxAttempts int
+	// Priority of each job, 1 (highest) to 4. Zero: PriorityDefault.
+	Priority int
+	// From is where a new pool starts. Zero value: the beginning. Ignored
+	// when the pool already exists.
+	From StartPosition
+	// Update lets CreatePool change the settings of an existing pool.
+	Update bool
+}
+
+// DefaultQueue returns the queue a pool named name gets when none is given.
+func DefaultQueue(name string) string {
+	var b strings.Builder
+	lastUnderscore := true
+	for _, r := range strings.ToLower(name) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			lastUnderscore = false
+		} else if !lastUnderscore {
+			b.WriteByte('_')
+			lastUnderscore = true
+		}
+	}
+	q := strings.Trim(b.String(), "_")
+	if len(q) > 64 {
+		q = strings.Trim(q[:64], "_")
+	}
+	return cmpOr(q, "default")
+}
+
+func (p *PoolParams) normalize() error {
+	if !poolNameRE.MatchString(p.Name) {
+		return fmt.Errorf("%w: name %q must be 1-100 letters, digits, _ . - or :, starting with a letter, digit or _", ErrInvalidPool, p.Name)
+	}
+	if p.Queue == "" {
+		p.Queue = DefaultQueue(p.Name)
+	}
+	if len(p.Queue) > 64 || !queueNameRE.MatchString(p.Queue) {
+		return fmt.Errorf("%w: queue %q must be lower-case letters and digits separated by _ or -, at most 64 chars", ErrInvalidPool, p.Queue)
+	}
+	for _, typ := range p.EventTypes {
+		if typ == "" || len([]rune(typ)) > 255 {
+			return fmt.Errorf("%w: event type filter %q must be 1-255 characters", ErrInvalidPool, typ)
+		}
+	}
+	for _, tag := range p.Tags {
+		if !tagRE.MatchString(tag) {
+			return fmt.Errorf("%w: tag filter %q must be name=value", ErrInvalidPool, tag)
+		}
+	}
+	p.EventTypes = sortedUnique(p.EventTypes)
+	p.Tags = sortedUnique(p.Tags)
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = MaxAttemptsDefault
+	}
+	if p.MaxAttempts < 1 || p.MaxAttempts > 1000 {
+		return fmt.Errorf("%w: max attempts must be between 1 and 1000, got %d", ErrInvalidPool, p.MaxAttempts)
+	}
+	if p.Priority == 0 {
+		p.Priority = PriorityDefault
+	}
+	if p.Priority < 1 || p.Priority > 4 {
+		return fmt.Errorf("%w: priority must be between 1 and 4, got %d", ErrInvalidPool, p.Priority)
+	}
+	if p.From.kind == "after" && p.From.after < 0 {
+		return fmt.Errorf("%w: start sequence must be >= 0, got %d", ErrInvalidPool, p.From.after)
+	}
+	return nil
+}
+
+func sortedUnique(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+// DB is what the pool functions need: *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// all satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// CreatePool creates a pool and reports whether it was created. A pool that
+// exists with the same settings is left alone; with other settings it is an
+// ErrPoolExists error unless params.Update is set, which changes them (the
+// start position and cursor of an existing pool never change here).
+func CreatePool(ctx context.Context, db DB, params PoolParams) (*Pool, bool, error) {
+	if err := params.normalize(); err != nil {
+		return nil, false, err
+	}
+	var (
+		pool    *Pool
+		created bool
+	)
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var startAfter int64
+		switch params.From.kind {
+		case "after":
+			startAfter = params.From.after
+		case "now":
+			// Every sequence handed out so far is before "now".
+			if err := tx.QueryRow(ctx, sqlLastSequence).Scan(&startAfter); err != nil {
+				return fmt.Errorf("read last sequence: %w", err)
+			}
+		}
+		rows, err := tx.Query(ctx, sqlPoolInsert, params.Name, params.Queue, params.EventTypes, params.Tags,
+			params.MaxAttempts, params.Priority, startAfter)
+		if err != nil {
+			return err
+		}
+		inserted, err := pgx.CollectRows(rows, scanPool)
+		if err != nil {
+			return translatePoolErr(err)
+		}
+		if len(inserted) == 1 {
+			pool, created = inserted[0], true
+			return nil
+		}
+		existing, err := getPool(ctx, tx, params.Name, true)
+		if err != nil {
+			return err
+		}
+		if sameSettings(existing, &params) {
+			pool = existing
+			return nil
+		}
+		if !params.Update {
+			return fmt.Errorf("%w: pool %q has queue=%s types=%v tags=%v max_attempts=%d priority=%d; pass Update (--update) to change them",
+				ErrPoolExists, existing.Name, existing.Queue, existing.EventTypes, existing.Tags, existing.MaxAttempts, existing.Priority)
+		}
+		pool, err = collectOne(tx.Query(ctx, sqlPoolUpdate, params.Name, params.Queue, params.EventTypes, params.Tags,
+			params.MaxAttempts, params.Priority))
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create pool %q: %w", params.Name, err)
+	}
+	return pool, created, nil
+}
+
+func sameSettings(p *Pool, params *PoolParams) bool {
+	return p.Queue == params.Queue && slices.Equal(p.EventTypes, params.EventTypes) &&
+		slices.Equal(p.Tags, params.Tags) && p.MaxAttempts == params.MaxAttempts && p.Priority == params.Priority
+}
+
+// GetPool returns one pool, or an error wrapping ErrUnknownPool that lists
+// the pools that exist.
+func GetPool(ctx context.Context, db DB, name string) (*Pool, error) {
+	return getPool(ctx, db, name, false)
+}
+
+func getPool(ctx context.Context, db DB, name string, forUpdate bool) (*Pool, error) {
+	q := sqlPoolGet
+	if forUpdate {
+		q = sqlPoolGetForUpdate
+	}
+	pool, err := collectOne(db.Query(ctx, q, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, UnknownPoolError(ctx, db, name)
+	}
+	return pool, err
+}
+
+// UnknownPoolError builds the ErrUnknownPool error for name, listing the
+// pools that exist.
+func UnknownPoolError(ctx context.Context, db DB, name string) error {
+	pools, err := ListPools(ctx, db)
+	if err != nil {
+		return fmt.Errorf("%w %q", ErrUnknownPool, name)
+	}
+	names := make([]string, len(pools))
+	for i, p := range pools {
+		names[i] = p.Name
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("%w %q: no pools exist yet (create one with `riverbus pool create`)", ErrUnknownPool, name)
+	}
+	return fmt.Errorf("%w %q: pools are %s", ErrUnknownPool, name, strings.Join(names, ", "))
+}
+
+// ListPools returns every pool, by name.
+func ListPools(ctx context.Context, db DB) ([]*Pool, error) {
+	rows, err := db.Query(ctx, sqlPoolList)
+	if err != nil {
+		return nil, fmt.Errorf("list pools: %w", err)
+	}
+	pools, err := pgx.CollectRows(rows, scanPool)
+	if err != nil {
+		return nil, fmt.Errorf("list pools: %w", err)
+	}
+	return pools, nil
+}
+
+// SetPoolStatus pauses (PoolPaused) or resumes (PoolActive) a pool's
+// fan-out. Nothing is lost: a paused pool's cursor stays where it is.
+func SetPoolStatus(ctx context.Context, db DB, name, status string) (*Pool, error) {
+	if status != PoolActive && status != PoolPaused {
+		return nil, fmt.Errorf("%w: status must be %s or %s, got %q", ErrInvalidPool, PoolActive, PoolPaused, status)
+	}
+	pool, err := collectOne(db.Query(ctx, sqlPoolSetStatus, name, status))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, UnknownPoolError(ctx, db, name)
+	}
+	return pool, err
+}
+
+func collectOne(rows pgx.Rows, err error) (*Pool, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectExactlyOneRow(rows, scanPool)
+}
+
+func scanPool(row pgx.CollectableRow) (*Pool, error) {
+	var p Pool
+	var maxAttempts, priority int16
+	err := row.Scan(&p.Name, &p.Queue, &p.EventTypes, &p.Tags, &maxAttempts, &priority, &p.StartAfter, &p.Status,
+		&p.Cursor, &p.Checkpoint, &p.EventsFannedOut, &p.LateEventsDelivered, &p.CreatedAt, &p.UpdatedAt)
+	p.MaxAttempts, p.Priority = int(maxAttempts), int(priority)
+	return &p, err
+}
+
+func translatePoolErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23514" {
+		return fmt.Errorf("%w: %s", ErrInvalidPool, pgErr.ConstraintName)
+	}
+	return err
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,148 @@
+package fanout
+
+// All SQL of the fanout package. Identifiers are never built from input.
+
+const poolColumns = `name, queue, event_types, tags, max_attempts, priority, start_after, status,
+	cursor_seq, coalesce((SELECT c.checkpoint_seq FROM riverbus_pool_checkpoint c WHERE c.pool = name), start_after),
+	events_fanned_out, late_events_delivered, created_at, updated_at`
+
+const (
+	sqlLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
+
+	sqlPoolInsert = `INSERT INTO riverbus_pool (name, queue, event_types, tags, max_attempts, priority, start_after, cursor_seq)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+ON CONFLICT (name) DO NOTHING
+RETURNING ` + poolColumns
+
+	sqlPoolGet          = `SELECT ` + poolColumns + ` FROM riverbus_pool WHERE name = $1`
+	sqlPoolGetForUpdate = sqlPoolGet + ` FOR NO KEY UPDATE`
+	sqlPoolList         = `SELECT ` + poolColumns + ` FROM riverbus_pool ORDER BY name`
+
+	sqlPoolUpdate = `UPDATE riverbus_pool SET queue = $2, event_types = $3, tags = $4, max_attempts = $5, priority = $6, updated_at = now()
+WHERE name = $1 RETURNING ` + poolColumns
+
+	sqlPoolSetStatus = `UPDATE riverbus_pool SET status = $2, updated_at = now() WHERE name = $1 RETURNING ` + poolColumns
+
+	sqlActivePoolNames = `SELECT name FROM riverbus_pool WHERE status = 'active' ORDER BY name`
+)
+
+// Horizon.
+const (
+	// horizonLock is the transaction-scoped advisory lock ("rbus", "hori")
+	// that makes one instance at a time advance the horizon. It is an
+	// advisory lock rather than a row lock because a row lock assigns the
+	// transaction an xid, and the proof of a gap needs the round's own xid
+	// to be assigned after its snapshot (see horizon.go).
+	sqlHorizonTryLock = `SELECT pg_try_advisory_xact_lock(1919054195, 1752134249)`
+
+	// One statement, one snapshot: the horizon, the snapshot itself, the
+	// visible sequences above the horizon, the open gaps and which skipped
+	// sequences are visible now.
+	sqlHorizonRead = `WITH snap AS (SELECT pg_current_snapshot() AS s),
+h AS (SELECT horizon FROM riverbus_horizon)
+SELECT h.horizon,
+	pg_snapshot_xmax(snap.s)::text,
+	ARRAY(SELECT x::text FROM pg_snapshot_xip(snap.s) AS x),
+	ARRAY(SELECT e.global_sequence FROM riverbus_event e WHERE e.global_sequence > h.horizon ORDER BY e.global_sequence LIMIT $1),
+	ARRAY(SELECT g.first_sequence FROM riverbus_gap g ORDER BY g.first_sequence),
+	ARRAY(SELECT g.last_sequence FROM riverbus_gap g ORDER BY g.first_sequence),
+	ARRAY(SELECT g.xid_bound::text FROM riverbus_gap g ORDER BY g.first_sequence),
+	ARRAY(SELECT extract(epoch FROM clock_timestamp() - g.first_seen_at)::float8 FROM riverbus_gap g ORDER BY g.first_sequence),
+	ARRAY(SELECT s.sequence FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
+	ARRAY(SELECT s.xid_bound::text FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
+	ARRAY(SELECT EXISTS (SELECT 1 FROM riverbus_event e WHERE e.global_sequence = s.sequence)
+		FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence)
+FROM snap, h`
+
+	// Of the xids a snapshot lists as running, the ones that may be writers
+	// of riverbus_event: all but those whose transaction is seen, now, to
+	// run without a RowExclusiveLock on riverbus_event in this database.
+	// A writer takes that lock (INSERT, COPY) before the trigger hands it a
+	// sequence and keeps it to the end, so a transaction running without it
+	// holds no missing sequence. An xid that is no longer in pg_locks has
+	// ended meanwhile and stays listed: the next round decides.
+	sqlPossibleWriters = `SELECT x FROM unnest($1::text[]) AS x WHERE NOT EXISTS (
+	SELECT 1 FROM pg_locks t
+	WHERE t.locktype = 'transactionid' AND t.granted
+		AND t.transactionid::text::bigint = (x::numeric % 4294967296)::bigint
+		AND NOT EXISTS (
+			SELECT 1 FROM pg_locks r
+			WHERE r.locktype = 'relation' AND r.mode = 'RowExclusiveLock'
+				AND r.relation = 'riverbus_event'::regclass
+				AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND r.virtualtransaction = t.virtualtransaction))`
+
+	// Assigns the round's xid, after its snapshot was taken.
+	sqlCurrentXid = `SELECT pg_current_xact_id()::text`
+
+	sqlGapInsert = `INSERT INTO riverbus_gap (first_sequence, last_sequence, xid_bound)
+SELECT f, l, $3::text::xid8 FROM unnest($1::bigint[], $2::bigint[]) AS g(f, l)`
+
+	sqlGapDelete = `DELETE FROM riverbus_gap WHERE first_sequence = ANY($1) OR last_sequence <= $2`
+
+	sqlSkippedInsert = `INSERT INTO riverbus_skipped (sequence, xid_bound)
+SELECT s, $2::text::xid8 FROM unnest($1::bigint[]) AS s ON CONFLICT (sequence) DO NOTHING`
+
+	sqlSkippedMarkLate = `UPDATE riverbus_skipped SET late_at = now() WHERE sequence = ANY($1) AND late_at IS NULL`
+
+	sqlSkippedDelete = `DELETE FROM riverbus_skipped WHERE sequence = ANY($1)`
+
+	// A late event is retired once every pool that should see it has
+	// handled it.
+	sqlSkippedRetire = `DELETE FROM riverbus_skipped s WHERE s.late_at IS NOT NULL AND NOT EXISTS (
+	SELECT 1 FROM riverbus_pool p WHERE p.start_after < s.sequence AND NOT EXISTS (
+		SELECT 1 FROM riverbus_pool_late l WHERE l.pool = p.name AND l.sequence = s.sequence))`
+
+	sqlHorizonUpdate = `UPDATE riverbus_horizon SET horizon = $1,
+	gaps_proven_dead = gaps_proven_dead + $2, gaps_skipped = gaps_skipped + $3, late_events = late_events + $4,
+	updated_at = now()`
+
+	sqlHorizonNotify = `SELECT pg_notify('riverbus_horizon', $1::text)`
+
+	sqlHorizonGet = `SELECT horizon, gaps_proven_dead, gaps_skipped, late_events, updated_at,
+	(SELECT count(*) FROM riverbus_gap), (SELECT count(*) FROM riverbus_skipped WHERE late_at IS NULL)
+FROM riverbus_horizon`
+)
+
+// Fan-out.
+const (
+	sqlPoolLock = `SELECT queue, event_types, tags, max_attempts, priority, start_after, cursor_seq
+FROM riverbus_pool WHERE name = $1 AND status = 'active' FOR NO KEY UPDATE SKIP LOCKED`
+
+	sqlHorizonAndSkipped = `SELECT horizon, EXISTS (SELECT 1 FROM riverbus_skipped) FROM riverbus_horizon`
+
+	eventColumns = `e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at`
+
+	// Two forms so the type filter can use the (type, global_sequence)
+	// index.
+	sqlEventsAll = `SELECT ` + eventColumns + ` FROM riverbus_event e
+WHERE e.global_sequence > $1 AND e.global_sequence <= $2 AND e.tags @> $3
+ORDER BY e.global_sequence LIMIT $4`
+
+	sqlEventsOfTypes = `SELECT ` + eventColumns + ` FROM riverbus_event e
+WHERE e.global_sequence > $1 AND e.global_sequence <= $2 AND e.tags @> $3 AND e.type = ANY($5)
+ORDER BY e.global_sequence LIMIT $4`
+
+	// Skipped sequences that became visible and that the normal path just
+	// passed over (whether delivered or filtered out): recorded so the late
+	// path does not deliver them again.
+	sqlPoolLateRecordRange = `INSERT INTO riverbus_pool_late (pool, sequence)
+SELECT $1, s.sequence FROM riverbus_skipped s
+WHERE s.sequence > $2 AND s.sequence <= $3
+	AND EXISTS (SELECT 1 FROM riverbus_event e WHERE e.global_sequence = s.sequence)
+ON CONFLICT DO NOTHING`
+
+	// Late events for a pool: skipped sequences at or below its cursor that
+	// are visible now and that the pool has not handled.
+	sqlLateEvents = `SELECT ` + eventColumns + ` FROM riverbus_skipped s
+JOIN riverbus_event e ON e.global_sequence = s.sequence
+WHERE s.sequence <= $2 AND s.sequence > $3
+	AND NOT EXISTS (SELECT 1 FROM riverbus_pool_late l WHERE l.pool = $1 AND l.sequence = s.sequence)
+ORDER BY s.sequence`
+
+	sqlPoolLateRecord = `INSERT INTO riverbus_pool_late (pool, sequence)
+SELECT $1, s FROM unnest($2::bigint[]) AS s ON CONFLICT DO NOTHING`
+
+	sqlPoolAdvance = `UPDATE riverbus_pool SET cursor_seq = $2, events_fanned_out = events_fanned_out + $3,
+	late_events_delivered = late_events_delivered + $4, updated_at = now() WHERE name = $1`
+)

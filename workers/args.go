@@ -1,0 +1,100 @@
+package workers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+
+	"github.com/google/uuid"
+
+	"github.com/riverbus/riverbus/outbox"
+)
+
+// Args is what the args of every pool job contain: the event envelope
+// (global_sequence, event_id, type, key, tags, data, metadata, occurred_at)
+// and "late": true for a late event. Embed it in a handler's args type, next
+// to a Kind method that returns the pool name:
+//
+//	type BillingArgs struct{ workers.Args }
+//
+//	func (BillingArgs) Kind() string { return "billing" }
+type Args struct {
+	outbox.Event
+
+	// Late is true when the event committed after the horizon had skipped
+	// its sequence on the gap timeout: it is delivered after events with
+	// higher sequences. Handlers that depend on order may want to know.
+	Late bool `json:"late,omitempty"`
+}
+
+// DecodeError is returned by Decode and DecodeStrict when an event's data
+// does not fit the target type. It is a plain error on purpose: a worker that
+// returns it has its job retried and, after the last attempt, discarded, so
+// the event ends as a dead letter rather than being skipped.
+type DecodeError struct {
+	// GlobalSequence, EventID and EventType identify the event.
+	GlobalSequence int64
+	EventID        uuid.UUID
+	EventType      string
+	// Target is the Go type the data was decoded into.
+	Target string
+	// Err is the underlying error from encoding/json, or a description of
+	// what was wrong.
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("decode data of event %d (%s) into %s: %v", e.GlobalSequence, e.EventType, e.Target, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Decode decodes the event's data into a T.
+//
+// It rejects data that is empty, is not valid JSON, has anything after the
+// JSON value, or has a value of the wrong type for a field. It ignores fields
+// that T does not have, so that producers can add fields to an event type
+// without turning every event of that type into a dead letter for consumers
+// not yet updated; use DecodeStrict to reject them. JSON null gives T's zero
+// value, as encoding/json does.
+//
+// Every failure is a *DecodeError.
+func Decode[T any](event outbox.Event) (T, error) {
+	return decode[T](event, false)
+}
+
+// DecodeStrict is Decode that also rejects fields T does not have.
+func DecodeStrict[T any](event outbox.Event) (T, error) {
+	return decode[T](event, true)
+}
+
+func decode[T any](event outbox.Event, strict bool) (T, error) {
+	var v T
+	fail := func(err error) (T, error) {
+		var zero T
+		return zero, &DecodeError{
+			GlobalSequence: event.GlobalSequence,
+			EventID:        event.EventID,
+			EventType:      event.Type,
+			Target:         reflect.TypeFor[T]().String(),
+			Err:            err,
+		}
+	}
+	if len(bytes.TrimSpace(event.Data)) == 0 {
+		return fail(errors.New("event has no data"))
+	}
+	dec := json.NewDecoder(bytes.NewReader(event.Data))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(&v); err != nil {
+		return fail(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fail(errors.New("unexpected data after the JSON value"))
+	}
+	return v, nil
+}

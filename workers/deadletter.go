@@ -1,0 +1,331 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// ErrNotFound is returned for a job id that is not a dead letter.
+var ErrNotFound = errors.New("dead letter not found")
+
+// Limits of DeadLetterListParams.
+const (
+	DeadLetterListLimitDefault = 100
+	DeadLetterListLimitMax     = 10_000
+)
+
+// DeadLetter is a pool job River discarded after its last attempt, as kept
+// in riverbus_dead_letter.
+type DeadLetter struct {
+	// JobID is the id of the discarded River job.
+	JobID int64
+	// Pool is the pool, which is the job's kind.
+	Pool string
+	// Queue is the River queue the job was in.
+	Queue string
+	// GlobalSequence is the event's global sequence, 0 when the args had
+	// none.
+	GlobalSequence int64
+	// EventType and EventKey are the event's type and key, from the args.
+	EventType string
+	EventKey  string
+	// Late is true for a late event.
+	Late bool
+	// Attempt is the number of attempts made; MaxAttempts the most allowed.
+	Attempt     int
+	MaxAttempts int
+	// Priority is the job's River priority.
+	Priority int
+	// LastError is the error text of the last attempt, empty when none was
+	// recorded (a job discarded by the rescuer, say).
+	LastError string
+	// Errors are all the attempts' errors River recorded, oldest first.
+	Errors []rivertype.AttemptError
+	// DiscardedAt is when River discarded the job.
+	DiscardedAt time.Time
+	// JobExists is true while the river_job row still exists; River's job
+	// cleaner deletes discarded jobs after DiscardedJobRetentionPeriod.
+	JobExists bool
+	// JobState is the river_job row's state when it exists. It is
+	// rivertype.JobStateDiscarded unless the job was retried outside
+	// riverbus (River UI, Client.JobRetry) since.
+	JobState rivertype.JobState
+	// Args are the job's args: the event envelope (see Args).
+	Args json.RawMessage
+}
+
+// DeadLetterListParams select the dead letters ListDeadLetters returns.
+type DeadLetterListParams struct {
+	// Pool limits the list to one pool; empty lists all pools.
+	Pool string
+	// Limit is the most dead letters returned. Zero:
+	// DeadLetterListLimitDefault; at most DeadLetterListLimitMax.
+	Limit int
+	// AfterJobID returns dead letters with a higher job id only: pass the
+	// last JobID of a page to get the next.
+	AfterJobID int64
+}
+
+// ListDeadLetters returns dead letters in job id order.
+func ListDeadLetters(ctx context.Context, db DB, params DeadLetterListParams) ([]DeadLetter, error) {
+	limit := params.Limit
+	switch {
+	case limit == 0:
+		limit = DeadLetterListLimitDefault
+	case limit < 0 || limit > DeadLetterListLimitMax:
+		return nil, fmt.Errorf("Limit must be between 1 and %d, got %d", DeadLetterListLimitMax, limit)
+	}
+	rows, err := db.Query(ctx, sqlDeadLetterList, params.Pool, params.AfterJobID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
+		var (
+			d        DeadLetter
+			seq      *int64
+			errsJSON []byte
+			state    *string
+		)
+		err := row.Scan(&d.JobID, &d.Pool, &d.Queue, &seq, &d.EventType, &d.EventKey, &d.Late,
+			&d.Attempt, &d.MaxAttempts, &d.Priority, &d.LastError, &errsJSON, &d.DiscardedAt, &state, &d.Args)
+		if err != nil {
+			return d, err
+		}
+		if seq != nil {
+			d.GlobalSequence = *seq
+		}
+		if state != nil {
+			d.JobExists = true
+			d.JobState = rivertype.JobState(*state)
+		}
+		// errors is whatever River stored; an unexpected shape leaves Errors
+		// empty rather than failing the list.
+		_ = json.Unmarshal(errsJSON, &d.Errors)
+		return d, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// RetryAction says what RetryDeadLetter did with one dead letter.
+type RetryAction string
+
+const (
+	// RetryRequeued: the discarded river_job row was made available again,
+	// as River's JobRetry does (one more attempt when all were used; attempt
+	// count and errors kept).
+	RetryRequeued RetryAction = "requeued"
+	// RetryReinserted: River's cleaner had deleted the river_job row, so a
+	// new available job was inserted with the same kind, queue, args, max
+	// attempts and priority (and a fresh attempt count).
+	RetryReinserted RetryAction = "reinserted"
+	// RetryAlreadyRetried: the river_job row was no longer discarded — it
+	// was retried outside riverbus, from River UI say — so it was left
+	// alone and only the stale dead letter removed.
+	RetryAlreadyRetried RetryAction = "already_retried"
+)
+
+// DeadLetterRetry is the outcome of retrying one dead letter.
+type DeadLetterRetry struct {
+	// DeadJobID is the job id of the dead letter.
+	DeadJobID int64
+	// JobID is the job that works the event again: DeadJobID unless the job
+	// was reinserted.
+	JobID int64
+	// Action says what was done.
+	Action RetryAction
+}
+
+// RetryDeadLetter puts the dead letter of job jobID back to work and removes
+// it from riverbus_dead_letter, in one transaction: if the river_job row is
+// still there and discarded it is made available again as River's JobRetry
+// would; if River's cleaner deleted it, a new job is inserted. River
+// producers of the job's queue are notified on commit. No River client is
+// needed. A job id that is not a dead letter gives ErrNotFound.
+//
+// A retried job below a pool's stored checkpoint does not pull the
+// checkpoint back (see package checkpoint).
+func RetryDeadLetter(ctx context.Context, db DB, jobID int64) (DeadLetterRetry, error) {
+	var out []DeadLetterRetry
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		out, err = retry(ctx, tx, sqlDeadLetterLockOne, jobID)
+		return err
+	})
+	if err != nil {
+		return DeadLetterRetry{}, fmt.Errorf("retry dead letter %d: %w", jobID, err)
+	}
+	if len(out) == 0 {
+		return DeadLetterRetry{}, fmt.Errorf("retry dead letter %d: %w", jobID, ErrNotFound)
+	}
+	return out[0], nil
+}
+
+// RetryDeadLetters retries every dead letter of pool as RetryDeadLetter
+// does, in one transaction, so that River works them again in global
+// sequence order (dead letters without a sequence last, by job id). It
+// returns what it did with each, in that order; none for a pool without dead
+// letters.
+func RetryDeadLetters(ctx context.Context, db DB, pool string) ([]DeadLetterRetry, error) {
+	var out []DeadLetterRetry
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		out, err = retry(ctx, tx, sqlDeadLetterLockPool, pool)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retry dead letters of pool %q: %w", pool, err)
+	}
+	return out, nil
+}
+
+// retry retries the dead letters that lockQuery (job_id, queue) selects and
+// locks, in the order it returns them.
+func retry(ctx context.Context, tx pgx.Tx, lockQuery string, arg any) ([]DeadLetterRetry, error) {
+	type dead struct {
+		id    int64
+		queue string
+	}
+	rows, err := tx.Query(ctx, lockQuery, arg)
+	if err != nil {
+		return nil, fmt.Errorf("lock dead letters: %w", err)
+	}
+	deads, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dead, error) {
+		var d dead
+		err := row.Scan(&d.id, &d.queue)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock dead letters: %w", err)
+	}
+	if len(deads) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(deads))
+	for i, d := range deads {
+		ids[i] = d.id
+	}
+
+	// Lock the job rows that still exist: from here on none can disappear.
+	rows, err = tx.Query(ctx, sqlJobLockMany, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lock jobs: %w", err)
+	}
+	type job struct {
+		state rivertype.JobState
+		queue string
+	}
+	jobs := make(map[int64]job, len(ids))
+	var (
+		id           int64
+		state, queue string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &state, &queue}, func() error {
+		jobs[id] = job{rivertype.JobState(state), queue}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock jobs: %w", err)
+	}
+
+	out := make([]DeadLetterRetry, len(deads))
+	var (
+		requeueIDs, reinsertIDs     []int64
+		requeueRanks, reinsertRanks []int32 // rank: position in the order to work
+		queues                      []string
+	)
+	for i, d := range deads {
+		out[i] = DeadLetterRetry{DeadJobID: d.id, JobID: d.id}
+		j, exists := jobs[d.id]
+		switch {
+		case !exists:
+			out[i].Action = RetryReinserted
+			reinsertIDs = append(reinsertIDs, d.id)
+			reinsertRanks = append(reinsertRanks, int32(i))
+			queues = append(queues, d.queue)
+		case j.state == rivertype.JobStateDiscarded:
+			out[i].Action = RetryRequeued
+			requeueIDs = append(requeueIDs, d.id)
+			requeueRanks = append(requeueRanks, int32(i))
+			queues = append(queues, j.queue)
+		default:
+			out[i].Action = RetryAlreadyRetried
+		}
+	}
+
+	if len(requeueIDs) > 0 {
+		tag, err := tx.Exec(ctx, sqlJobRequeue, requeueIDs, requeueRanks)
+		if err != nil {
+			return nil, fmt.Errorf("requeue jobs: %w", err)
+		}
+		if tag.RowsAffected() != int64(len(requeueIDs)) {
+			return nil, fmt.Errorf("requeue jobs: %d of %d updated", tag.RowsAffected(), len(requeueIDs))
+		}
+	}
+	if len(reinsertIDs) > 0 {
+		rows, err := tx.Query(ctx, sqlJobReinsert, reinsertIDs, reinsertRanks)
+		if err != nil {
+			return nil, fmt.Errorf("reinsert jobs: %w", err)
+		}
+		newIDs := make(map[int64]int64, len(reinsertIDs))
+		var newID, oldID int64
+		if _, err := pgx.ForEachRow(rows, []any{&newID, &oldID}, func() error {
+			newIDs[oldID] = newID
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("reinsert jobs: %w", err)
+		}
+		for i := range out {
+			if out[i].Action == RetryReinserted {
+				n, ok := newIDs[out[i].DeadJobID]
+				if !ok {
+					return nil, fmt.Errorf("reinsert jobs: no job inserted for dead letter %d", out[i].DeadJobID)
+				}
+				out[i].JobID = n
+			}
+		}
+	}
+	if _, err := tx.Exec(ctx, sqlDeadLetterDeleteMany, ids); err != nil {
+		return nil, fmt.Errorf("delete dead letters: %w", err)
+	}
+	if len(queues) > 0 {
+		slices.Sort(queues)
+		if _, err := tx.Exec(ctx, sqlNotifyInsert, slices.Compact(queues)); err != nil {
+			return nil, fmt.Errorf("notify River: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// PurgeDeadLetter gives up on the dead letter of job jobID: it deletes it
+// and, if it is still there and discarded, its river_job row. A job id that
+// is not a dead letter gives ErrNotFound.
+func PurgeDeadLetter(ctx context.Context, db DB, jobID int64) error {
+	var n int64
+	if err := db.QueryRow(ctx, sqlDeadLetterPurgeOne, jobID).Scan(&n); err != nil {
+		return fmt.Errorf("purge dead letter %d: %w", jobID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("purge dead letter %d: %w", jobID, ErrNotFound)
+	}
+	return nil
+}
+
+// PurgeDeadLetters purges every dead letter of pool as PurgeDeadLetter does
+// and returns how many there were.
+func PurgeDeadLetters(ctx context.Context, db DB, pool string) (int, error) {
+	var n int64
+	if err := db.QueryRow(ctx, sqlDeadLetterPurgePool, pool).Scan(&n); err != nil {
+		return 0, fmt.Errorf("purge dead letters of pool %q: %w", pool, err)
+	}
+	return int(n), nil
+}

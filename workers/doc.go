@@ -1,0 +1,65 @@
+// Package workers helps write the handlers of riverbus pools, which are plain
+// River workers.
+//
+// A pool turns every matching event into one River job whose kind is the
+// pool's name, whose queue, max attempts and priority are the pool's, and
+// whose args are the event envelope (Args). A handler is an ordinary
+// river.Worker over an args type that embeds Args and whose Kind is the pool
+// name; River brings retries with backoff, timeouts, rescue of jobs whose
+// worker died, pausing, cancelling and River UI. This package adds what an
+// event consumer needs on top.
+//
+// # Sections
+//
+//   - Args: what a pool job carries, and the args type of a handler
+//   - Decode: the event's data as a Go value
+//   - Exactly once: CompleteTx and RunExactlyOnce
+//   - Client settings: ClientConfig
+//   - Dead letters: ListDeadLetters, RetryDeadLetter(s), PurgeDeadLetter(s)
+//
+// # Args
+//
+// A handler's args type embeds Args and names its pool:
+//
+//	type BillingArgs struct{ workers.Args }
+//
+//	func (BillingArgs) Kind() string { return "billing" }
+//
+// The handler then reads job.Args.GlobalSequence, job.Args.Type,
+// job.Args.Key and so on without another query. Late is true for an event
+// that committed after the horizon had given up waiting for it, and was
+// therefore delivered after events with higher sequences.
+//
+// # Decode
+//
+// Decode and DecodeStrict turn the event's data into a Go value. A failure is
+// a *DecodeError, an ordinary error: River retries the job and, after its
+// last attempt, discards it, which makes it a dead letter. Nothing is ever
+// skipped silently; do not wrap a DecodeError in river.JobCancel unless
+// losing the event is really what you want.
+//
+// # Exactly once
+//
+// River runs a job at least once: a worker that dies after doing its work
+// but before River records the completion runs again. When the handler's
+// effect is in the same database, RunExactlyOnce makes it exactly once: it
+// runs the handler's function and marks the job completed in one
+// transaction, so either both happen or neither does, and a job that is
+// already completed is not run again.
+//
+// # Client settings
+//
+// ClientConfig returns a river.Config with settings fit for an event bus:
+// fast fetching, a job timeout with prompt rescue, and dead letters kept.
+// Each field of ClientOpts documents its default and why.
+//
+// # Dead letters
+//
+// A pool job that used up its attempts is discarded by River. A trigger
+// (migrations/sql/002_fanout.up.sql) keeps a copy of it in
+// riverbus_dead_letter, so it survives River's job cleaner. ListDeadLetters
+// lists them, RetryDeadLetter and RetryDeadLetters put them back to work
+// (the pool's in global sequence order), PurgeDeadLetter and
+// PurgeDeadLetters give up on them. None of them needs a running River
+// client.
+package workers
