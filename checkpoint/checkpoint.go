@@ -1,16 +1,17 @@
 package checkpoint
 
 import (
-	"github.com/riverbus/riverbus/fanout"
-
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riverbus/riverbus/fanout"
 )
 
 // ErrUnknownPool is returned for a pool name that does not exist. The error
@@ -178,4 +179,33 @@ func unknownPool(ctx context.Context, db DB, pool string) error {
 		return fmt.Errorf("%w %q (there are no pools)", ErrUnknownPool, pool)
 	}
 	return fmt.Errorf("%w %q (pools: %s)", ErrUnknownPool, pool, strings.Join(names, ", "))
+}
+
+// RunAdvancer advances every pool's checkpoint each interval until ctx ends,
+// then returns nil. Errors (a database outage) are logged and retried at the
+// next tick. Any number of processes may run it: Advance only moves a
+// checkpoint forward.
+func RunAdvancer(ctx context.Context, db DB, interval time.Duration, logger *slog.Logger) error {
+	if interval <= 0 {
+		return fmt.Errorf("checkpoint advancer: interval must be positive, got %s", interval)
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		_, err := AdvanceAll(ctx, db)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			logger.Warn("checkpoint advancer: advancing failed; will retry", "error", err)
+			failing = true
+		case err == nil && failing:
+			logger.Info("checkpoint advancer: advancing again")
+			failing = false
+		}
+	}
 }

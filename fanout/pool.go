@@ -50,23 +50,23 @@ var (
 // Pool is a named consumer group: every event that matches its filter
 // becomes exactly one River job of kind Name.
 type Pool struct {
-	Name        string
-	Queue       string
-	EventTypes  []string // empty: every type
-	Tags        []string // every listed name=value tag must be on the event
-	MaxAttempts int
-	Priority    int
+	Name        string   `json:"name"`
+	Queue       string   `json:"queue"`
+	EventTypes  []string `json:"event_types"` // empty: every type
+	Tags        []string `json:"tags"`        // every listed name=value tag must be on the event
+	MaxAttempts int      `json:"max_attempts"`
+	Priority    int      `json:"priority"`
 	// StartAfter: events with a higher global sequence are delivered.
-	StartAfter int64
-	Status     string
+	StartAfter int64  `json:"start_after"`
+	Status     string `json:"status"`
 	// Cursor: every event <= Cursor has been turned into a job or filtered out.
-	Cursor int64
+	Cursor int64 `json:"cursor"`
 	// Checkpoint: every job of the pool for an event <= Checkpoint is finished.
-	Checkpoint          int64
-	EventsFannedOut     int64
-	LateEventsDelivered int64
-	CreatedAt           time.Time
-	UpdatedAt           time.Time
+	Checkpoint          int64     `json:"checkpoint"`
+	EventsFannedOut     int64     `json:"events_fanned_out"`
+	LateEventsDelivered int64     `json:"late_events_delivered"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
 }
 
 // StartPosition says where a new pool starts: from the beginning of the log,
@@ -366,4 +366,67 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// ErrPoolBusy is returned by DeletePool for a pool with unfinished jobs when
+// force is not set.
+var ErrPoolBusy = errors.New("pool has unfinished jobs")
+
+// ResetPool moves a pool's cursor to after sequence to, so every event above
+// it is fanned out again (rebuilding a projection from history), and sets
+// its checkpoint to the same place. It waits for a fan-out batch of the pool
+// in flight to finish. Jobs already created are left alone.
+func ResetPool(ctx context.Context, db DB, name string, to int64) (*Pool, error) {
+	if to < 0 {
+		return nil, fmt.Errorf("%w: reset position must be >= 0, got %d", ErrInvalidPool, to)
+	}
+	var pool *Pool
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := getPool(ctx, tx, name, true); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlPoolReset, name, to); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlCheckpointReset, name, to); err != nil {
+			return err
+		}
+		var err error
+		pool, err = getPool(ctx, tx, name, false)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reset pool %q: %w", name, err)
+	}
+	return pool, nil
+}
+
+// DeletePool deletes a pool. With unfinished jobs (available, scheduled,
+// retryable, pending or running) it refuses with ErrPoolBusy unless force is
+// set; with force, the pool's jobs that are not running and its dead
+// letters are deleted with it (running ones finish on their own).
+func DeletePool(ctx context.Context, db DB, name string, force bool) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := getPool(ctx, tx, name, true); err != nil {
+			return err
+		}
+		var unfinished int64
+		if err := tx.QueryRow(ctx, sqlPoolUnfinishedJobs, name).Scan(&unfinished); err != nil {
+			return err
+		}
+		if unfinished > 0 && !force {
+			return fmt.Errorf("%w: %d job(s) not finished; wait for them, or pass --force to delete the pool with its waiting jobs and dead letters", ErrPoolBusy, unfinished)
+		}
+		if force {
+			if _, err := tx.Exec(ctx, sqlPoolDeleteJobs, name); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, sqlPoolDelete, name)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete pool %q: %w", name, err)
+	}
+	return nil
 }

@@ -23,6 +23,20 @@ WHERE name = $1 RETURNING ` + poolColumns
 
 	sqlPoolSetStatus = `UPDATE riverbus_pool SET status = $2, updated_at = now() WHERE name = $1 RETURNING ` + poolColumns
 
+	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), updated_at = now() WHERE name = $1`
+
+	sqlCheckpointReset = `INSERT INTO riverbus_pool_checkpoint (pool, checkpoint_seq) VALUES ($1, $2)
+ON CONFLICT (pool) DO UPDATE SET checkpoint_seq = EXCLUDED.checkpoint_seq, updated_at = now()`
+
+	sqlPoolUnfinishedJobs = `SELECT count(*) FROM river_job WHERE kind = $1 AND state NOT IN ('cancelled', 'completed', 'discarded')`
+
+	sqlPoolDeleteJobs = `WITH j AS (
+	DELETE FROM river_job WHERE kind = $1 AND state NOT IN ('running')
+)
+DELETE FROM riverbus_dead_letter WHERE pool = $1`
+
+	sqlPoolDelete = `DELETE FROM riverbus_pool WHERE name = $1`
+
 	sqlActivePoolNames = `SELECT name FROM riverbus_pool WHERE status = 'active' ORDER BY name`
 )
 

@@ -12,8 +12,9 @@ import (
 //
 // On append, GlobalSequence is ignored (the database assigns it), EventID
 // may be left zero (a UUIDv7 is generated), Data must be valid JSON,
-// Metadata must be a JSON object or empty, and OccurredAt may be left zero
-// (the commit-time clock of the database, now(), is used).
+// Metadata must be a JSON object or empty (stored as {}), and OccurredAt may
+// be left zero (the database's now(), the start time of the appending
+// transaction, is used); it is stored with microsecond precision.
 type Event struct {
 	GlobalSequence int64           `json:"global_sequence"`
 	EventID        uuid.UUID       `json:"event_id"`

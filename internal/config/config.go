@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"strings"
 	"time"
 
@@ -44,7 +45,7 @@ func Load() (*Config, error) {
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		var perr *envconfig.ParseError
 		if errors.As(err, &perr) {
-			return nil, fmt.Errorf("invalid %s_%s=%q: want a %s", Prefix, perr.KeyName, perr.Value, perr.TypeName)
+			return nil, fmt.Errorf("invalid %s=%q: want a %s", perr.KeyName, perr.Value, perr.TypeName)
 		}
 		return nil, fmt.Errorf("read configuration: %w", err)
 	}
@@ -95,4 +96,29 @@ func ParseLogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("want debug, info, warn or error, got %q", s)
 	}
 	return l, nil
+}
+
+// MarkdownTable renders the configuration as the README's table: one row
+// per variable with its default and description, from the struct tags.
+func MarkdownTable() string {
+	var b strings.Builder
+	b.WriteString("| variable | default | meaning |\n| --- | --- | --- |\n")
+	t := reflect.TypeOf(Config{})
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name := Prefix + "_" + f.Tag.Get("envconfig")
+		if f.Tag.Get("envconfig") == "DATABASE_URL" {
+			name = "`DATABASE_URL` or `" + name + "`"
+		} else {
+			name = "`" + name + "`"
+		}
+		def := f.Tag.Get("default")
+		if def == "" {
+			def = "(empty)"
+		} else {
+			def = "`" + def + "`"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", name, def, f.Tag.Get("desc"))
+	}
+	return b.String()
 }

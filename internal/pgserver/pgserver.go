@@ -76,14 +76,6 @@ type Server struct {
 // FindBinDir returns the directory holding the PostgreSQL server binaries,
 // or ErrNoBinaries.
 func FindBinDir() (string, error) {
-	has := func(dir string) bool {
-		for _, name := range []string{"initdb", "postgres"} {
-			if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.IsDir() {
-				return false
-			}
-		}
-		return true
-	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		if dir := strings.TrimSpace(string(out)); has(dir) {
 			return dir, nil
@@ -102,6 +94,15 @@ func FindBinDir() (string, error) {
 	return "", ErrNoBinaries
 }
 
+func has(dir string) bool {
+	for _, name := range []string{"initdb", "postgres"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
 func versionOf(binDir string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return v
@@ -111,6 +112,9 @@ func versionOf(binDir string) int {
 // remove its files.
 func Start(ctx context.Context, opts Opts) (*Server, error) {
 	binDir := opts.BinDir
+	if binDir != "" && !has(binDir) {
+		return nil, fmt.Errorf("%s has no initdb and postgres: %w", binDir, ErrNoBinaries)
+	}
 	if binDir == "" {
 		var err error
 		if binDir, err = FindBinDir(); err != nil {

@@ -43,10 +43,11 @@ var (
 
 // Main runs the package's tests against a real PostgreSQL and exits.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-func run(m *testing.M) int {
+// Run is Main without the exit, for a TestMain that has more to clean up.
+func Run(m *testing.M) int {
 	ctx := context.Background()
 	if err := setup(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)

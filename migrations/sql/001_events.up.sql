@@ -4,17 +4,18 @@
 
 CREATE SEQUENCE riverbus_event_global_sequence AS bigint CACHE 1;
 
--- A tag is name=value with a non-empty name; NULL elements are rejected.
+-- A tag is name=value with a non-empty name, at most 1024 bytes; NULL
+-- elements are rejected.
 CREATE FUNCTION riverbus_tags_valid(tags text[]) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT coalesce(bool_and(t IS NOT NULL AND t ~ '^[^=]+='), true) FROM unnest(tags) AS t
+  SELECT coalesce(bool_and(t IS NOT NULL AND t ~ '^[^=]+=' AND octet_length(t) <= 1024), true) FROM unnest(tags) AS t
 $$;
 
 CREATE TABLE riverbus_event (
   global_sequence bigint PRIMARY KEY,
   event_id uuid NOT NULL UNIQUE DEFAULT gen_random_uuid(),
   type text NOT NULL CONSTRAINT riverbus_event_type_length CHECK (char_length(type) BETWEEN 1 AND 255),
-  key text NOT NULL DEFAULT '',
+  key text NOT NULL DEFAULT '' CONSTRAINT riverbus_event_key_length CHECK (octet_length(key) <= 1024),
   tags text[] NOT NULL DEFAULT '{}' CONSTRAINT riverbus_event_tags_valid CHECK (riverbus_tags_valid(tags)),
   data jsonb NOT NULL,
   metadata jsonb NOT NULL DEFAULT '{}' CONSTRAINT riverbus_event_metadata_object CHECK (jsonb_typeof(metadata) = 'object'),

@@ -1,0 +1,93 @@
+package integration_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pgtest"
+)
+
+// Two `riverbus fanout` processes and one in-process fan-out on one
+// database while writers run; the processes are killed with SIGKILL again
+// and again, in the middle of batches, and restarted. Every committed event
+// must end as exactly one job per pool.
+func TestFanoutProcessesKilledMidBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	db := pgtest.Connect(t, dbURL)
+	for _, name := range []string{"p1", "p2", "p3"} {
+		_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: name})
+		require.NoError(t, err)
+	}
+	// Small batches, so a kill lands in the middle of many of them.
+	env := []string{"RIVERBUS_BATCH_SIZE=7", "RIVERBUS_POLL_INTERVAL=50ms", "RIVERBUS_LOG_LEVEL=warn"}
+	procs := []*proc{start(t, dbURL, "riverbus", env, "fanout"), start(t, dbURL, "riverbus", env, "fanout")}
+
+	inProc, err := fanout.New(db, &fanout.Config{BatchSize: 5, PollInterval: 50 * time.Millisecond, Logger: discardLogger()})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- inProc.Run(runCtx) }()
+
+	load := startWriters(ctx, db, writerOpts{writers: 16, perWriter: 60, rollbackPercent: 10, maxHold: 5 * time.Millisecond})
+	writersDone := make(chan struct{})
+	go func() { load.wg.Wait(); close(writersDone) }()
+
+	kills := 0
+	for stop := false; !stop; {
+		select {
+		case <-writersDone:
+			stop = true
+		case <-time.After(time.Duration(100+rand.IntN(200)) * time.Millisecond):
+			i := rand.IntN(len(procs))
+			procs[i].kill9()
+			kills++
+			procs[i] = start(t, dbURL, "riverbus", env, "fanout")
+		}
+	}
+	committed := load.wait(t, db)
+	t.Logf("%d events committed, %d rolled back, %d kills", len(committed), load.rolledBack, kills)
+	require.Greater(t, kills, 2)
+
+	// The in-process instance alone must not be needed: stop it, and let
+	// the processes finish.
+	cancel()
+	require.NoError(t, <-done)
+	eventually(t, 60*time.Second, "every committed event fanned out to every pool", func() bool {
+		for _, pool := range []string{"p1", "p2", "p3"} {
+			if len(jobCounts(t, db, pool)) < len(committed) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, pool := range []string{"p1", "p2", "p3"} {
+		counts := jobCounts(t, db, pool)
+		require.Len(t, counts, len(committed), pool)
+		for seq, n := range counts {
+			require.True(t, committed[seq], "pool %s: job for sequence %d, which never committed", pool, seq)
+			require.Equal(t, 1, n, "pool %s: sequence %d has %d jobs", pool, seq, n)
+		}
+	}
+	for _, p := range procs {
+		p.stop()
+	}
+}
+
+func TestFanoutProcessReportsBadConfig(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	p := start(t, dbURL, "riverbus", []string{"RIVERBUS_GAP_TIMEOUT=-3s"}, "fanout")
+	<-p.done
+	require.Error(t, p.err)
+	require.Contains(t, p.out.String(), "RIVERBUS_GAP_TIMEOUT must be positive, got -3s")
+}

@@ -1,0 +1,159 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/internal/pgtest"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "riverbus-it-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	for _, pkg := range []string{"./cmd/riverbus", "./integration/testworker"} {
+		cmd := exec.Command("go", "build", "-o", dir, pkg)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
+	code := pgtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a child process of a test.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs a built binary with DATABASE_URL set; it is killed when the
+// test ends if still running.
+func start(t *testing.T, dbURL, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, bin), args...)
+	cmd.Env = append(append(os.Environ(), "DATABASE_URL="+dbURL), env...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	p := &proc{t: t, name: bin, cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill9()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", p.name, p.out.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) kill9() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		require.NoError(p.t, p.err, "%s exited with an error:\n%s", p.name, p.out.String())
+	case <-time.After(20 * time.Second):
+		p.kill9()
+		p.t.Fatalf("%s did not stop within 20s after SIGTERM:\n%s", p.name, p.out.String())
+	}
+}
+
+func (p *proc) waitOutput(s string, timeout time.Duration) {
+	p.t.Helper()
+	eventually(p.t, timeout, p.name+" prints "+s, func() bool { return bytes.Contains([]byte(p.out.String()), []byte(s)) })
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// jobCounts returns, per global sequence, the number of jobs of pool.
+func jobCounts(t *testing.T, db *pgxpool.Pool, pool string) map[int64]int {
+	t.Helper()
+	var rows pgx.Rows
+	var err error
+	for range 20 { // a server restart leaves dead connections in the pool
+		rows, err = db.Query(context.Background(),
+			`SELECT (args->>'global_sequence')::bigint, count(*) FROM river_job WHERE kind = $1 GROUP BY 1`, pool)
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[int64]int{}
+	for rows.Next() {
+		var seq int64
+		var n int
+		require.NoError(t, rows.Scan(&seq, &n))
+		out[seq] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}

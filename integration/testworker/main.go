@@ -1,0 +1,158 @@
+// Command testworker is a pool worker process for the integration tests:
+// it works one pool's jobs with a River client configured by
+// workers.ClientConfig and records what it did in tables the tests read.
+//
+//	testworker -pool NAME -mode record|projection [-fail-first-attempt-every N]
+//
+// record: each attempt is a row in it_attempt (sequence, job, attempt,
+// worker); an event whose data has "fail": true fails every attempt; with
+// -fail-first-attempt-every N, an event whose sequence is a multiple of N
+// fails its first attempt.
+//
+// projection: the exactly-once helper adds one to it_projection for the
+// event's key and records the sequence in it_applied, in the transaction
+// that completes the job.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverbus/riverbus/workers"
+)
+
+var (
+	poolName  string
+	mode      string
+	failEvery int64
+	workerID  string
+	db        *pgxpool.Pool
+)
+
+type args struct {
+	workers.Args
+}
+
+// Kind is the pool name, set from the command line before the client
+// starts: River looks a worker up by the kind it reports.
+func (args) Kind() string { return poolName }
+
+type worker struct {
+	river.WorkerDefaults[args]
+}
+
+func (w *worker) NextRetry(*river.Job[args]) time.Time { return time.Now().Add(50 * time.Millisecond) }
+
+func (w *worker) Work(ctx context.Context, job *river.Job[args]) error {
+	switch mode {
+	case "projection":
+		return workers.RunExactlyOnce(ctx, db, job, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO it_projection (key, events) VALUES ($1, 1)
+				ON CONFLICT (key) DO UPDATE SET events = it_projection.events + 1`, job.Args.Key); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO it_applied (sequence, times) VALUES ($1, 1)
+				ON CONFLICT (sequence) DO UPDATE SET times = it_applied.times + 1`, job.Args.GlobalSequence)
+			return err
+		})
+	default:
+		if _, err := db.Exec(ctx, `INSERT INTO it_attempt (sequence, job_id, attempt, worker, late) VALUES ($1, $2, $3, $4, $5)`,
+			job.Args.GlobalSequence, job.ID, job.Attempt, workerID, job.Args.Late); err != nil {
+			return err
+		}
+		var data struct {
+			Fail bool `json:"fail"`
+		}
+		_ = json.Unmarshal(job.Args.Data, &data)
+		if data.Fail {
+			return errors.New("testworker: this event always fails")
+		}
+		if failEvery > 0 && job.Args.GlobalSequence%failEvery == 0 && job.Attempt == 1 {
+			return fmt.Errorf("testworker: first attempt of sequence %d fails", job.Args.GlobalSequence)
+		}
+		return nil
+	}
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS it_attempt (sequence bigint NOT NULL, job_id bigint NOT NULL, attempt int NOT NULL,
+	worker text NOT NULL, late boolean NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS it_projection (key text PRIMARY KEY, events bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS it_applied (sequence bigint PRIMARY KEY, times int NOT NULL);`
+
+func main() {
+	flag.StringVar(&poolName, "pool", "", "pool to work")
+	flag.StringVar(&mode, "mode", "record", "record or projection")
+	flag.Int64Var(&failEvery, "fail-first-attempt-every", 0, "fail the first attempt of sequences that are multiples of this")
+	flag.StringVar(&workerID, "id", fmt.Sprint(os.Getpid()), "worker id recorded with each attempt")
+	concurrency := flag.Int("concurrency", 10, "jobs worked at once")
+	flag.Parse()
+	if poolName == "" {
+		fmt.Fprintln(os.Stderr, "testworker: -pool is required")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *concurrency); err != nil {
+		fmt.Fprintln(os.Stderr, "testworker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, concurrency int) error {
+	var err error
+	db, err = pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.Exec(ctx, schema); err != nil {
+		return err
+	}
+	var queue string
+	if err := db.QueryRow(ctx, `SELECT queue FROM riverbus_pool WHERE name = $1`, poolName).Scan(&queue); err != nil {
+		return fmt.Errorf("read pool: %w", err)
+	}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &worker{})
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	cfg, err := workers.ClientConfig(workers.ClientOpts{
+		Queues:     map[string]int{queue: concurrency},
+		Workers:    ws,
+		JobTimeout: 5 * time.Second,
+		Logger:     logger,
+	})
+	if err != nil {
+		return err
+	}
+	cfg.RescueStuckJobsAfter = 6 * time.Second
+	cfg.ID = "testworker-" + workerID
+	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return client.Stop(stopCtx)
+}
+
+var _ rivertype.JobArgs = args{}

@@ -1,0 +1,216 @@
+// Package cli is the riverbus command line: cmd/riverbus only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/riverbus/riverbus/internal/config"
+)
+
+// Main runs the command line with args (without the program name) and
+// returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	app := &app{stdout: stdout, stderr: stderr}
+	root := app.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if cmd, err := root.ExecuteContextC(ctx); err != nil {
+		var uerr *usageError
+		if errors.As(err, &uerr) {
+			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", uerr.err, uerr.cmd.UsageString())
+			return 2
+		}
+		if strings.HasPrefix(err.Error(), "required flag(s)") || strings.HasPrefix(err.Error(), "unknown command") {
+			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", err, cmd.UsageString())
+			return 2
+		}
+		fmt.Fprintf(stderr, "riverbus: %s\n", err)
+		return 1
+	}
+	return 0
+}
+
+type app struct {
+	stdout, stderr io.Writer
+	cfg            *config.Config
+	logger         *slog.Logger
+	riverLogger    *slog.Logger // River's info logs are one line per job: warn and up only
+	databaseURL    string       // --database-url, overrides the environment
+}
+
+type usageError struct {
+	cmd *cobra.Command
+	err error
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "riverbus",
+		Short: "Gap-safe, leaderless fan-out of PostgreSQL events into River jobs",
+		Long: `riverbus turns events appended to PostgreSQL into River jobs, one per event
+per consumer pool, and lets any number of worker processes share them.
+
+Configuration comes from RIVERBUS_* environment variables (and DATABASE_URL);
+flags override them. See the README's configuration table.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load()
+			if err != nil {
+				return err
+			}
+			if a.databaseURL != "" {
+				cfg.DatabaseURL = a.databaseURL
+			}
+			a.cfg = cfg
+			level, _ := config.ParseLogLevel(cfg.LogLevel)
+			opts := &slog.HandlerOptions{Level: level}
+			riverOpts := &slog.HandlerOptions{Level: max(level, slog.LevelWarn)}
+			if cfg.LogFormat == "json" {
+				a.logger = slog.New(slog.NewJSONHandler(a.stderr, opts))
+				a.riverLogger = slog.New(slog.NewJSONHandler(a.stderr, riverOpts))
+			} else {
+				a.logger = slog.New(slog.NewTextHandler(a.stderr, opts))
+				a.riverLogger = slog.New(slog.NewTextHandler(a.stderr, riverOpts))
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{cmd: cmd, err: err}
+	})
+	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $DATABASE_URL or $RIVERBUS_DATABASE_URL)")
+	root.AddCommand(
+		a.migrateCommand(),
+		a.devCommand(),
+		a.poolCommand(),
+		a.fanoutCommand(),
+		a.runCommand(),
+		a.statusCommand(),
+		a.dlqCommand(),
+		a.appendCommand(),
+	)
+	return root
+}
+
+// exactArgs is cobra.ExactArgs with a message that names what is missing.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return &usageError{cmd: cmd, err: fmt.Errorf("%s expects %s, got %d argument(s)", cmd.CommandPath(), what, len(args))}
+		}
+		return nil
+	}
+}
+
+// requireURL returns the database URL or an error that says how to give one.
+func (a *app) requireURL() (string, error) {
+	if a.cfg.DatabaseURL == "" {
+		return "", errors.New("no database: set DATABASE_URL (or RIVERBUS_DATABASE_URL, or --database-url), or start one with `riverbus dev`")
+	}
+	return a.cfg.DatabaseURL, nil
+}
+
+// describeHost names the server a URL points at, without credentials.
+func describeHost(rawURL string) string {
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		if u, uerr := url.Parse(rawURL); uerr == nil && u.Host != "" {
+			return u.Host
+		}
+		return "(unparsable DATABASE_URL)"
+	}
+	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+}
+
+// connect opens a pool and checks the server answers, once: for commands
+// that do one thing and exit.
+func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	u, err := a.requireURL()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("invalid database URL: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach the database at %s: %w", describeHost(u), err)
+	}
+	return pool, nil
+}
+
+// connectRetrying opens a pool and waits, with backoff, until the server
+// answers or ctx ends: for long-running commands, which must ride out a
+// database that is down.
+func (a *app) connectRetrying(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("invalid database URL: %w", err)
+	}
+	if cfg.MaxConns < 10 {
+		cfg.MaxConns = 10
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("invalid database URL: %w", err)
+	}
+	backoff := 250 * time.Millisecond
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := pool.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			return pool, nil
+		}
+		if ctx.Err() != nil {
+			pool.Close()
+			return nil, ctx.Err()
+		}
+		wait := backoff + time.Duration(rand.Int64N(int64(backoff/4)+1))
+		a.logger.Warn("database unreachable; retrying", "host", describeHost(rawURL), "error", err, "retry_in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			pool.Close()
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, 15*time.Second)
+	}
+}
+
+func splitList(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if p := strings.TrimSpace(part); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

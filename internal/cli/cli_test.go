@@ -1,0 +1,164 @@
+package cli_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/internal/cli"
+	"github.com/riverbus/riverbus/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func run(t *testing.T, dbURL string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if dbURL != "" {
+		args = append([]string{"--database-url", dbURL}, args...)
+	}
+	code := cli.Main(args, &out, &errOut)
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+func ok(t *testing.T, r result) result {
+	t.Helper()
+	require.Equal(t, 0, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	return r
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewEmptyDatabase(t)
+	r := ok(t, run(t, dbURL, "migrate"))
+	require.Contains(t, r.stdout, "applied River migrations")
+	r = ok(t, run(t, dbURL, "migrate"))
+	require.Contains(t, r.stdout, "schema is up to date")
+}
+
+func TestUnreachableDatabaseNamesTheHost(t *testing.T) {
+	t.Parallel()
+	r := run(t, "postgres://nobody@127.0.0.1:1/nowhere?connect_timeout=2", "pool", "list")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "cannot reach the database at 127.0.0.1:1/nowhere")
+}
+
+func TestBadUsage(t *testing.T) {
+	t.Parallel()
+	r := run(t, "", "pool", "create")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "expects a pool name, got 0 argument(s)")
+	require.Contains(t, r.stderr, "Usage:")
+
+	r = run(t, "", "pool", "list", "--no-such-flag")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "unknown flag: --no-such-flag")
+
+	r = run(t, "postgres://x@127.0.0.1:1/x", "pool", "create", "p", "--from", "yesterday")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "--from: invalid pool: start position must be beginning, now or a sequence number")
+
+	r = run(t, "postgres://x@127.0.0.1:1/x", "dlq", "retry")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "give either one JOB_ID or --pool POOL --all")
+}
+
+func TestPoolLifecycle(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+
+	r := ok(t, run(t, dbURL, "pool", "create", "billing", "--types", "invoice.created,invoice.paid", "--max-attempts", "7"))
+	require.Contains(t, r.stdout, "created pool billing (queue billing, starts after sequence 0)")
+	r = ok(t, run(t, dbURL, "pool", "create", "billing", "--types", "invoice.paid,invoice.created", "--max-attempts", "7"))
+	require.Contains(t, r.stdout, "exists with these settings")
+
+	r = run(t, dbURL, "pool", "create", "billing", "--max-attempts", "3")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "pool exists with other settings")
+
+	r = ok(t, run(t, dbURL, "pool", "update", "billing", "--max-attempts", "3"))
+	require.Contains(t, r.stdout, "max_attempts=3")
+	require.Contains(t, r.stdout, "types=invoice.created,invoice.paid", "update keeps unset settings")
+
+	r = run(t, dbURL, "pool", "create", "bad name")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `name "bad name" must be 1-100 letters`)
+
+	r = run(t, dbURL, "pool", "show", "nope")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `unknown pool "nope": pools are billing`)
+
+	r = ok(t, run(t, dbURL, "pool", "list", "--json"))
+	var pools []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &pools))
+	require.Len(t, pools, 1)
+	require.Equal(t, "billing", pools[0]["name"])
+	require.Equal(t, float64(3), pools[0]["max_attempts"])
+
+	r = ok(t, run(t, dbURL, "pool", "pause", "billing"))
+	require.Contains(t, r.stdout, "pool billing is paused")
+	r = ok(t, run(t, dbURL, "pool", "list"))
+	require.Contains(t, r.stdout, "paused")
+	ok(t, run(t, dbURL, "pool", "resume", "billing"))
+
+	ok(t, run(t, dbURL, "append", "--type", "invoice.created", "--key", "c1", "--tag", "region=eu", "--data", `{"invoice":"INV-1"}`))
+	r = ok(t, run(t, dbURL, "pool", "reset", "billing", "--to", "0"))
+	require.Contains(t, r.stdout, "events after 0 will be fanned out again")
+	r = run(t, dbURL, "pool", "reset", "billing", "--to", "-4")
+	require.Equal(t, 2, r.code)
+
+	r = ok(t, run(t, dbURL, "pool", "delete", "billing"))
+	require.Contains(t, r.stdout, "deleted pool billing")
+	r = ok(t, run(t, dbURL, "pool", "list"))
+	require.Contains(t, r.stdout, "no pools yet")
+}
+
+func TestAppendAndStatus(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	r := ok(t, run(t, dbURL, "append", "--type", "order.placed", "--data", `{"order":1}`))
+	require.Contains(t, r.stdout, "at sequence 1")
+
+	r = run(t, dbURL, "append", "--type", "order.placed", "--data", `{"order":`)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "Data must be valid JSON")
+	r = run(t, dbURL, "append", "--type", "order.placed", "--tag", "novalue", "--data", `{}`)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "Tags[0] must be name=value")
+	r = run(t, dbURL, "append", "--data", `{}`)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, `required flag(s) "type" not set`)
+
+	ok(t, run(t, dbURL, "pool", "create", "orders"))
+	r = ok(t, run(t, dbURL, "status", "--json"))
+	var st map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Equal(t, float64(1), st["last_sequence"])
+	r = ok(t, run(t, dbURL, "status"))
+	require.True(t, strings.Contains(r.stdout, "POOL") && strings.Contains(r.stdout, "orders"), r.stdout)
+
+	r = ok(t, run(t, dbURL, "dlq", "list"))
+	require.Contains(t, r.stdout, "no dead letters")
+	r = run(t, dbURL, "dlq", "list", "--pool", "nope")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `unknown pool "nope": pools are orders`)
+	r = run(t, dbURL, "dlq", "retry", "12345")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "12345")
+}
+
+func TestNoDatabaseConfigured(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("RIVERBUS_DATABASE_URL", "")
+	r := run(t, "", "pool", "list")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "no database: set DATABASE_URL")
+}

@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
+)
+
+// The demo: three pools, realistic traffic and workers, so River UI has
+// something to show — completed jobs, retries and dead letters.
+
+type billingArgs struct{ workers.Args }
+
+func (billingArgs) Kind() string { return "billing" }
+
+type notifyArgs struct{ workers.Args }
+
+func (notifyArgs) Kind() string { return "notifications" }
+
+type auditArgs struct{ workers.Args }
+
+func (auditArgs) Kind() string { return "audit" }
+
+var demoPools = []fanout.PoolParams{
+	{Name: "billing", EventTypes: []string{"invoice.created", "invoice.paid"}, MaxAttempts: 5},
+	{Name: "notifications", MaxAttempts: 3},
+	{Name: "audit", MaxAttempts: 10},
+}
+
+type billingWorker struct {
+	river.WorkerDefaults[billingArgs]
+}
+
+type invoice struct {
+	Invoice string `json:"invoice"`
+	Cents   int64  `json:"cents"`
+}
+
+func (w *billingWorker) Work(ctx context.Context, job *river.Job[billingArgs]) error {
+	inv, err := workers.Decode[invoice](job.Args.Event)
+	if err != nil {
+		return err // a poison event: retried, then a dead letter
+	}
+	_ = inv
+	time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+	return nil
+}
+
+// notifyWorker fails now and then, so retries and dead letters show.
+type notifyWorker struct {
+	river.WorkerDefaults[notifyArgs]
+}
+
+func (w *notifyWorker) NextRetry(*river.Job[notifyArgs]) time.Time {
+	return time.Now().Add(2 * time.Second)
+}
+
+func (w *notifyWorker) Work(ctx context.Context, job *river.Job[notifyArgs]) error {
+	if rand.IntN(5) == 0 {
+		return errors.New("demo: the mail provider answered 503 (this worker fails one time in five)")
+	}
+	return nil
+}
+
+// auditWorker keeps a projection, exactly once per event: the count of
+// events per key, in the same transaction that completes the job.
+type auditWorker struct {
+	river.WorkerDefaults[auditArgs]
+	db *pgxpool.Pool
+}
+
+func (w *auditWorker) Work(ctx context.Context, job *river.Job[auditArgs]) error {
+	return workers.RunExactlyOnce(ctx, w.db, job, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO riverbus_demo_audit (key, events) VALUES ($1, 1)
+			ON CONFLICT (key) DO UPDATE SET events = riverbus_demo_audit.events + 1`, job.Args.Key)
+		return err
+	})
+}
+
+// setUpDemo creates the demo pools and projection table and returns a
+// started River client working them.
+func setUpDemo(ctx context.Context, db *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+	for _, p := range demoPools {
+		if _, _, err := fanout.CreatePool(ctx, db, p); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS riverbus_demo_audit (key text PRIMARY KEY, events bigint NOT NULL)`); err != nil {
+		return nil, fmt.Errorf("create demo projection: %w", err)
+	}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &billingWorker{})
+	river.AddWorker(ws, &notifyWorker{})
+	river.AddWorker(ws, &auditWorker{db: db})
+	queues := map[string]int{}
+	for _, p := range demoPools {
+		queues[fanout.DefaultQueue(p.Name)] = 20
+	}
+	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: queues, Workers: ws, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("demo workers: %w", err)
+	}
+	if err := client.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start demo workers: %w", err)
+	}
+	return client, nil
+}
+
+// demoTraffic appends small transactions at about rate events per second
+// until ctx ends. Now and then an invoice carries data the billing worker
+// cannot decode: a poison event that ends as a dead letter.
+func demoTraffic(ctx context.Context, db *pgxpool.Pool, rate int, logger *slog.Logger) error {
+	if rate <= 0 {
+		return nil
+	}
+	interval := time.Second / time.Duration(rate)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	n := 0
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		n++
+		customer := fmt.Sprintf("customer-%d", rand.IntN(50))
+		region := []string{"region=eu", "region=us"}[rand.IntN(2)]
+		inv := fmt.Sprintf("INV-%06d", n)
+		cents := 100 + rand.IntN(100_000)
+		events := []outbox.Event{{Type: "order.placed", Key: customer, Tags: []string{region},
+			Data: mustJSON(map[string]any{"order": fmt.Sprintf("ORD-%06d", n), "cents": cents})}}
+		if n%3 == 0 {
+			data := mustJSON(invoice{Invoice: inv, Cents: int64(cents)})
+			if n%300 == 0 {
+				data = json.RawMessage(`{"invoice": 42}`) // poison: invoice must be a string
+			}
+			events = append(events, outbox.Event{Type: "invoice.created", Key: customer, Tags: []string{region}, Data: data})
+		}
+		if n%7 == 0 {
+			events = append(events, outbox.Event{Type: "invoice.paid", Key: customer, Tags: []string{region},
+				Data: mustJSON(invoice{Invoice: inv, Cents: int64(cents)})})
+		}
+		_, err := outbox.Append(ctx, db, events...)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			logger.Warn("demo traffic: append failed; will keep trying", "error", err)
+			failing = true
+		case err == nil && failing:
+			logger.Info("demo traffic: appending again")
+			failing = false
+		}
+	}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/riverbus/riverbus/migrations"
+)
+
+func (a *app) migrateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade the riverbus and River schema",
+		Long: `Applies River's migrations and riverbus's, under an advisory lock, so several
+processes may run it at once. Running it again changes nothing.`,
+		Example: `  DATABASE_URL=postgres://localhost/app riverbus migrate`,
+		Args:    exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			res, err := migrations.Up(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
+			v, err := migrations.Version(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
+			if len(res.River) == 0 && len(res.Riverbus) == 0 {
+				fmt.Fprintf(a.stdout, "schema is up to date (riverbus version %d)\n", v)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "applied River migrations %v and riverbus migrations %v; riverbus schema version %d\n",
+				res.River, res.Riverbus, v)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,266 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/riverbus/riverbus/fanout"
+)
+
+func (a *app) poolCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "pool",
+		Short: "Create, inspect and steer consumer pools",
+		Long: `A pool is a named consumer group: every event that matches its filter becomes
+one River job whose kind is the pool name. Worker processes that work that kind
+share the pool's work.`,
+	}
+	cmd.AddCommand(a.poolCreateCommand(false), a.poolCreateCommand(true), a.poolListCommand(), a.poolShowCommand(),
+		a.poolStatusCommand("pause", fanout.PoolPaused), a.poolStatusCommand("resume", fanout.PoolActive),
+		a.poolResetCommand(), a.poolDeleteCommand())
+	return cmd
+}
+
+func (a *app) poolCreateCommand(update bool) *cobra.Command {
+	var (
+		types, tags, queue, from string
+		maxAttempts, priority    int
+		allowUpdate              bool
+	)
+	use, short := "create NAME", "Create a pool (a no-op when it exists with the same settings)"
+	example := `  riverbus pool create billing --types invoice.created,invoice.paid --max-attempts 10
+  riverbus pool create eu-audit --tags region=eu --from now
+  riverbus pool create rebuild --from 0`
+	if update {
+		use, short = "update NAME", "Change a pool's queue, filters, attempts or priority"
+		example = `  riverbus pool update billing --types invoice.created --max-attempts 5`
+	}
+	cmd := &cobra.Command{
+		Use:     use,
+		Short:   short,
+		Example: example,
+		Args:    exactArgs(1, "a pool name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pos, err := fanout.ParseStartPosition(from)
+			if err != nil {
+				return &usageError{cmd: cmd, err: fmt.Errorf("--from: %w", err)}
+			}
+			db, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			params := fanout.PoolParams{
+				Name: args[0], Queue: queue, EventTypes: splitList(types), Tags: splitList(tags),
+				MaxAttempts: maxAttempts, Priority: priority, From: pos, Update: update || allowUpdate,
+			}
+			if update {
+				// Unset flags keep the pool's current values.
+				cur, err := fanout.GetPool(cmd.Context(), db, args[0])
+				if err != nil {
+					return err
+				}
+				f := cmd.Flags()
+				if !f.Changed("queue") {
+					params.Queue = cur.Queue
+				}
+				if !f.Changed("types") {
+					params.EventTypes = cur.EventTypes
+				}
+				if !f.Changed("tags") {
+					params.Tags = cur.Tags
+				}
+				if !f.Changed("max-attempts") {
+					params.MaxAttempts = cur.MaxAttempts
+				}
+				if !f.Changed("priority") {
+					params.Priority = cur.Priority
+				}
+			}
+			p, created, err := fanout.CreatePool(cmd.Context(), db, params)
+			if err != nil {
+				return err
+			}
+			switch {
+			case created:
+				fmt.Fprintf(a.stdout, "created pool %s (queue %s, starts after sequence %d)\n", p.Name, p.Queue, p.StartAfter)
+			case update || allowUpdate:
+				fmt.Fprintf(a.stdout, "pool %s: queue=%s types=%s tags=%s max_attempts=%d priority=%d\n", p.Name, p.Queue,
+					listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts, p.Priority)
+			default:
+				fmt.Fprintf(a.stdout, "pool %s exists with these settings; nothing to do\n", p.Name)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&types, "types", "", "comma-separated event types to deliver (default: all)")
+	f.StringVar(&tags, "tags", "", "comma-separated name=value tags an event must all carry")
+	f.StringVar(&queue, "queue", "", "River queue of the pool's jobs (default: derived from the name)")
+	f.IntVar(&maxAttempts, "max-attempts", 0, fmt.Sprintf("attempts per job before it becomes a dead letter (default %d)", fanout.MaxAttemptsDefault))
+	f.IntVar(&priority, "priority", 0, "River priority of the pool's jobs, 1 (highest) to 4 (default 1)")
+	if !update {
+		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning, now, or a sequence number (delivers events after it)")
+		f.BoolVar(&allowUpdate, "update", false, "change the settings of an existing pool instead of failing")
+	}
+	return cmd
+}
+
+func listOrAll(s []string) string {
+	if len(s) == 0 {
+		return "(all)"
+	}
+	return strings.Join(s, ",")
+}
+
+func (a *app) poolListCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List pools with their cursor, checkpoint and filters",
+		Example: `  riverbus pool list
+  riverbus pool list --json`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			pools, err := fanout.ListPools(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.stdout, pools)
+			}
+			if len(pools) == 0 {
+				fmt.Fprintln(a.stdout, "no pools yet: create one with `riverbus pool create NAME`")
+				return nil
+			}
+			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "POOL\tSTATUS\tQUEUE\tCURSOR\tCHECKPOINT\tTYPES\tTAGS\tMAX ATTEMPTS")
+			for _, p := range pools {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\n", p.Name, p.Status, p.Queue, p.Cursor, p.Checkpoint,
+					listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) poolShowCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "show NAME",
+		Short:   "Show one pool",
+		Example: `  riverbus pool show billing`,
+		Args:    exactArgs(1, "a pool name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			db, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			p, err := fanout.GetPool(cmd.Context(), db, args[0])
+			if err != nil {
+				return err
+			}
+			return writeJSON(a.stdout, p)
+		},
+	}
+}
+
+func (a *app) poolStatusCommand(verb, status string) *cobra.Command {
+	short := "Pause a pool's fan-out; nothing is lost, resume continues where it stopped"
+	if status == fanout.PoolActive {
+		short = "Resume a paused pool's fan-out"
+	}
+	return &cobra.Command{
+		Use:     verb + " NAME",
+		Short:   short,
+		Example: "  riverbus pool " + verb + " billing",
+		Args:    exactArgs(1, "a pool name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			db, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			p, err := fanout.SetPoolStatus(cmd.Context(), db, args[0], status)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "pool %s is %s (cursor %d)\n", p.Name, p.Status, p.Cursor)
+			return nil
+		},
+	}
+}
+
+func (a *app) poolResetCommand() *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "reset NAME --to SEQ",
+		Short: "Fan a pool's history out again from a position (rebuild a projection)",
+		Long: `Moves the pool's cursor back so that every event after SEQ becomes a job again.
+--to 0 re-delivers the whole log. Jobs already created are left alone.`,
+		Example: `  riverbus pool reset projections --to 0`,
+		Args:    exactArgs(1, "a pool name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			seq, err := strconv.ParseInt(to, 10, 64)
+			if err != nil || seq < 0 {
+				return &usageError{cmd: cmd, err: fmt.Errorf("--to must be a sequence number >= 0, got %q", to)}
+			}
+			db, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			p, err := fanout.ResetPool(cmd.Context(), db, args[0], seq)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "pool %s reset: events after %d will be fanned out again\n", p.Name, p.Cursor)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "sequence to restart after (0: the beginning)")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+func (a *app) poolDeleteCommand() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:     "delete NAME",
+		Short:   "Delete a pool (refused while it has unfinished jobs, unless --force)",
+		Example: `  riverbus pool delete old-pool`,
+		Args:    exactArgs(1, "a pool name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			db, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := fanout.DeletePool(cmd.Context(), db, args[0], force); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "deleted pool %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "also delete its waiting jobs and dead letters")
+	return cmd
+}
+
+func writeJSON(w interface{ Write([]byte) (int, error) }, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/riverbus/riverbus/migrations"
+)
+
+func (a *app) runCommand() *cobra.Command {
+	var (
+		demo     bool
+		demoRate int
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run fan-out, River UI and metrics (with --demo: demo pools, traffic and workers)",
+		Long: `Runs the fan-out and the checkpoint advancer in this process. Without a
+DATABASE_URL it starts a throwaway local PostgreSQL first (removed on exit);
+with one it uses that database and removes nothing. It migrates before it
+starts. Ctrl-C stops everything within seconds.
+
+--demo also creates three demo pools (billing: invoices only; notifications:
+fails one time in five, so retries and dead letters show; audit: an
+exactly-once projection), appends demo traffic and works the jobs.`,
+		Example: `  riverbus run --demo                 # what make run does
+  DATABASE_URL=postgres://localhost/app riverbus run`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.run(cmd.Context(), demo, demoRate)
+		},
+	}
+	cmd.Flags().BoolVar(&demo, "demo", false, "create demo pools, append demo traffic and run demo workers")
+	cmd.Flags().IntVar(&demoRate, "demo-rate", 20, "demo transactions appended per second")
+	return cmd
+}
+
+func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
+	if demoRate < 0 || demoRate > 10_000 {
+		return fmt.Errorf("--demo-rate must be between 0 and 10000, got %d", demoRate)
+	}
+	dbURL := a.cfg.DatabaseURL
+	throwaway := dbURL == ""
+	if throwaway {
+		fmt.Fprintln(a.stdout, "DATABASE_URL is not set: starting a throwaway PostgreSQL (removed when this exits)...")
+		srv, u, err := a.startThrowaway(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := srv.Stop(); err != nil {
+				a.logger.Warn("stopping the throwaway PostgreSQL", "error", err)
+			} else {
+				fmt.Fprintln(a.stdout, "throwaway PostgreSQL stopped and removed")
+			}
+		}()
+		dbURL = u
+	}
+	db, err := a.connectRetrying(ctx, dbURL)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer db.Close()
+	if _, err := migrations.Up(ctx, db); err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.runFanout(gctx, db, nil) })
+
+	var stopWorkers func()
+	if demo {
+		client, err := setUpDemo(ctx, db, a.riverLogger)
+		if err != nil {
+			return err
+		}
+		stopWorkers = func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := client.Stop(stopCtx); err != nil {
+				cancelCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel2()
+				_ = client.StopAndCancel(cancelCtx)
+			}
+		}
+		g.Go(func() error { return demoTraffic(gctx, db, demoRate, a.logger) })
+	}
+
+	where := []string{}
+	if throwaway {
+		where = append(where, fmt.Sprintf("database:  export DATABASE_URL='%s'", dbURL))
+	}
+	where = append(where, "status:    riverbus status --watch   (with DATABASE_URL set as above)")
+	fmt.Fprintf(a.stdout, "riverbus is running. Where to look:\n  %s\nCtrl-C stops it.\n", strings.Join(where, "\n  "))
+
+	g.Go(func() error {
+		a.summaryLoop(gctx, db)
+		return nil
+	})
+	err = g.Wait()
+	if stopWorkers != nil {
+		stopWorkers()
+	}
+	fmt.Fprintln(a.stdout, "riverbus stopped")
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// summaryLoop prints a one-line summary every few seconds.
+func (a *app) summaryLoop(ctx context.Context, db *pgxpool.Pool) {
+	ticker := time.NewTicker(3 * time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		st, err := loadStatus(ctx, db)
+		if err != nil {
+			if ctx.Err() == nil {
+				fmt.Fprintf(a.stdout, "%s  status unavailable: %v\n", time.Now().Format("15:04:05"), err)
+			}
+			continue
+		}
+		fmt.Fprintln(a.stdout, st.oneLine())
+	}
+}

@@ -1,0 +1,69 @@
+package config_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/internal/config"
+)
+
+// The README's configuration table is generated from the struct; this keeps
+// the two in step. To update the README, paste the output of
+// config.MarkdownTable() (go test prints it on failure).
+func TestREADMETableMatchesStruct(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	table := config.MarkdownTable()
+	require.True(t, strings.Contains(string(readme), table),
+		"README.md's configuration table is out of date; replace it with:\n\n%s", table)
+}
+
+func TestLoadDefaults(t *testing.T) {
+	for _, k := range []string{"DATABASE_URL", "RIVERBUS_DATABASE_URL", "RIVERBUS_GAP_TIMEOUT", "RIVERBUS_BATCH_SIZE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	c, err := config.Load()
+	require.NoError(t, err)
+	require.Equal(t, "5s", c.GapTimeout.String())
+	require.Equal(t, 1000, c.BatchSize)
+	require.Equal(t, "127.0.0.1:8080", c.UIAddr)
+}
+
+func TestLoadDatabaseURL(t *testing.T) {
+	t.Setenv("RIVERBUS_DATABASE_URL", "")
+	os.Unsetenv("RIVERBUS_DATABASE_URL")
+	t.Setenv("DATABASE_URL", "postgres://plain/db")
+	c, err := config.Load()
+	require.NoError(t, err)
+	require.Equal(t, "postgres://plain/db", c.DatabaseURL)
+
+	t.Setenv("RIVERBUS_DATABASE_URL", "postgres://prefixed/db")
+	c, err = config.Load()
+	require.NoError(t, err)
+	require.Equal(t, "postgres://prefixed/db", c.DatabaseURL)
+}
+
+func TestLoadErrorsNameTheVariable(t *testing.T) {
+	tests := []struct{ key, value, want string }{
+		{"RIVERBUS_GAP_TIMEOUT", "-3s", "RIVERBUS_GAP_TIMEOUT must be positive, got -3s"},
+		{"RIVERBUS_GAP_TIMEOUT", "soon", `invalid RIVERBUS_GAP_TIMEOUT="soon"`},
+		{"RIVERBUS_BATCH_SIZE", "0", "RIVERBUS_BATCH_SIZE must be between 1 and 100000, got 0"},
+		{"RIVERBUS_BATCH_SIZE", "many", `invalid RIVERBUS_BATCH_SIZE="many"`},
+		{"RIVERBUS_LOG_LEVEL", "loud", "RIVERBUS_LOG_LEVEL"},
+		{"RIVERBUS_LOG_FORMAT", "xml", "RIVERBUS_LOG_FORMAT must be text or json"},
+		{"RIVERBUS_UI_USER", "admin", "RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD must be set together"},
+		{"RIVERBUS_UI_ADDR", "nonsense", "RIVERBUS_UI_ADDR must be host:port"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			t.Setenv(tt.key, tt.value)
+			_, err := config.Load()
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+}

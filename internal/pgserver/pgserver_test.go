@@ -1,0 +1,49 @@
+package pgserver_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/internal/pgserver"
+)
+
+func TestStartRestartStop(t *testing.T) {
+	ctx := context.Background()
+	srv, err := pgserver.Start(ctx, pgserver.Opts{})
+	require.NoError(t, err)
+	defer srv.Stop() //nolint:errcheck
+
+	query := func() int {
+		conn, err := pgx.Connect(ctx, srv.URL("postgres"))
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = 'kept'").Scan(&n))
+		return n
+	}
+	conn, err := pgx.Connect(ctx, srv.URL("postgres"))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE kept (id int)")
+	require.NoError(t, err)
+
+	require.NoError(t, srv.Restart(ctx))
+	// The old connection was cut by the restart; data survived it.
+	require.Error(t, conn.Ping(ctx))
+	require.Equal(t, 1, query())
+
+	dataDir := srv.DataDir()
+	require.NoError(t, srv.Stop())
+	_, err = os.Stat(dataDir)
+	require.True(t, os.IsNotExist(err), "data directory removed")
+	require.NoError(t, srv.Stop(), "Stop twice is fine")
+}
+
+func TestMissingBinariesSayWhatToInstall(t *testing.T) {
+	_, err := pgserver.Start(context.Background(), pgserver.Opts{BinDir: t.TempDir()})
+	require.ErrorIs(t, err, pgserver.ErrNoBinaries)
+	require.Contains(t, err.Error(), "apt-get install -y postgresql")
+}

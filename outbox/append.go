@@ -1,0 +1,165 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// TxBeginner begins a transaction. *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
+// savepoint) satisfy it.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Appended is what the database assigned to one appended event.
+type Appended struct {
+	// GlobalSequence is the event's position in the total order of events.
+	GlobalSequence int64
+	// EventID is the event's id: the caller's, or the UUIDv7 generated for
+	// an event whose EventID was zero.
+	EventID uuid.UUID
+}
+
+// AppendTx appends events inside the caller's transaction, in one statement,
+// and returns their sequences and ids in input order. The events become
+// visible, and are fanned out, when tx commits; if tx rolls back, their
+// sequences are never used (a gap the fan-out skips).
+//
+// The events are validated first: on a *ValidationError (ErrInvalidEvent)
+// no SQL has run. An EventID that already exists returns *DuplicateError
+// (ErrDuplicate); after any database error tx is aborted and must be rolled
+// back.
+func AppendTx(ctx context.Context, tx pgx.Tx, events ...Event) ([]Appended, error) {
+	if err := validateEvents(events); err != nil {
+		return nil, err
+	}
+	return appendTx(ctx, tx, events)
+}
+
+// appendTx is AppendTx for validated events.
+func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Appended, error) {
+	payload, ids, err := encodeEvents(events)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, appendQuery, payload)
+	if err != nil {
+		return nil, fmt.Errorf("append events: %w", translateError(err))
+	}
+	returned, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Appended, error) {
+		var a Appended
+		err := row.Scan(&a.GlobalSequence, &a.EventID)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append events: %w", translateError(err))
+	}
+	return inInputOrder(ids, returned)
+}
+
+// Append appends events in a transaction of its own and commits it. See
+// AppendTx.
+func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, error) {
+	if err := validateEvents(events); err != nil {
+		return nil, err
+	}
+	var appended []Appended
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		appended, err = appendTx(ctx, tx, events)
+		return err
+	})
+	return appended, err
+}
+
+// inTx runs f in a transaction of db, committing when f returns nil.
+func inTx(ctx context.Context, db TxBeginner, f func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := f(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", translateError(err))
+	}
+	return nil
+}
+
+// wireEvent is the JSON form of an event sent to the database; see the
+// comment at the top of queries.go.
+type wireEvent struct {
+	EventID    uuid.UUID       `json:"event_id"`
+	Type       string          `json:"type"`
+	Key        string          `json:"key"`
+	Tags       []string        `json:"tags"`
+	Data       json.RawMessage `json:"data"`
+	Metadata   json.RawMessage `json:"metadata"`
+	OccurredAt *time.Time      `json:"occurred_at,omitempty"`
+}
+
+var emptyObject = json.RawMessage(`{}`)
+
+// encodeEvents returns the jsonb parameter of validated events and their
+// ids, generating a UUIDv7 for each zero EventID. The parameter is a string
+// so that it is sent as text in every pgx query execution mode, the simple
+// protocol (PgBouncer) included.
+func encodeEvents(events []Event) (string, []uuid.UUID, error) {
+	wire := make([]wireEvent, len(events))
+	ids := make([]uuid.UUID, len(events))
+	for i, e := range events {
+		id := e.EventID
+		if id == uuid.Nil {
+			var err error
+			if id, err = uuid.NewV7(); err != nil {
+				return "", nil, fmt.Errorf("generate event id: %w", err)
+			}
+		}
+		ids[i] = id
+		w := wireEvent{EventID: id, Type: e.Type, Key: e.Key, Tags: e.Tags, Data: e.Data, Metadata: e.Metadata}
+		if w.Tags == nil {
+			w.Tags = []string{}
+		}
+		if len(w.Metadata) == 0 {
+			w.Metadata = emptyObject
+		}
+		if !e.OccurredAt.IsZero() {
+			w.OccurredAt = &e.OccurredAt
+		}
+		wire[i] = w
+	}
+	payload, err := json.Marshal(wire)
+	if err != nil {
+		return "", nil, fmt.Errorf("encode events: %w", err)
+	}
+	return string(payload), ids, nil
+}
+
+// inInputOrder orders what an insert returned by the input order of ids.
+// Rows are matched by event id, so the order in which the database returned
+// them does not matter.
+func inInputOrder(ids []uuid.UUID, returned []Appended) ([]Appended, error) {
+	if len(returned) != len(ids) {
+		return nil, fmt.Errorf("the database returned %d events for %d appended", len(returned), len(ids))
+	}
+	index := make(map[uuid.UUID]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	ordered := make([]Appended, len(ids))
+	for _, a := range returned {
+		i, ok := index[a.EventID]
+		if !ok || ordered[i].GlobalSequence != 0 {
+			return nil, fmt.Errorf("the database returned an unexpected event id %s", a.EventID)
+		}
+		ordered[i] = a
+	}
+	return ordered, nil
+}

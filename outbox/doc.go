@@ -1,0 +1,54 @@
+// Package outbox appends events to the riverbus event log (riverbus_event)
+// inside the application's own transaction, and reads them back.
+//
+// An event committed with the application's state change is fanned out as
+// one River job per consumer pool; an event whose transaction rolls back was
+// never there. See DESIGN.md, sections 1 and 6.
+//
+// # Appending
+//
+// AppendTx appends events in the caller's transaction, Append in a
+// transaction of its own. Either is one statement, whatever the number of
+// events, and returns what the database assigned, in input order:
+//
+//	appended, err := outbox.AppendTx(ctx, tx,
+//		outbox.Event{Type: "OrderPlaced", Key: orderID, Tags: []string{"order=" + orderID}, Data: data})
+//
+// The global sequence and the transaction id of an event are assigned by a
+// trigger of the database, on every insert path (this package, plain SQL,
+// COPY); an event id is generated (UUIDv7) when the caller leaves it zero,
+// and the occurrence time is the database's now() when left zero.
+//
+// # Validation
+//
+// Events are checked before any SQL runs, by the rules the database's CHECK
+// constraints enforce: a type of 1 to 255 characters, tags of the form
+// name=value with a non-empty name, data that is valid JSON, metadata that
+// is a JSON object or empty. A violation is a *ValidationError naming the
+// event's index and the field; it matches ErrInvalidEvent, and nothing is
+// written. A CHECK violation the database finds becomes a *ValidationError
+// too.
+//
+// # Conditional appends
+//
+// AppendIfTx and AppendIf append only if an AppendCondition holds, in the
+// manner of Dynamic Consistency Boundaries: read the events of a Query (Read),
+// decide, and append on the condition that no event of that query was
+// appended after the last one read (otherwise *ConflictError, ErrConflict),
+// and that no event matches an idempotency query (otherwise *DuplicateError,
+// ErrDuplicate). Conditional appenders serialize on transaction-level
+// advisory locks derived from the condition and the appended events, so
+// exactly one of many concurrent appenders with the same condition succeeds.
+// Plain appends take no locks; see AppendIfTx for what that means.
+//
+// # Reading
+//
+// Read returns the committed events matching a Query, a key, or both, in
+// sequence order, after a position and up to a limit, using the indexes on
+// (type, global_sequence), (key, global_sequence) and the GIN index on tags.
+//
+// # Commands
+//
+// RecordCommandTx records the command that caused a transaction's events in
+// riverbus_command, keyed by the transaction id the events carry.
+package outbox

@@ -1,0 +1,189 @@
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
+	"github.com/riverbus/riverbus/workers/webhook"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// pool is the pool every test delivers.
+const pool = "hooks"
+
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// fastRetry retries a failed job 10ms later instead of River's backoff.
+type fastRetry struct{}
+
+func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(10 * time.Millisecond) }
+
+type testBundle struct {
+	db     *pgxpool.Pool
+	client *river.Client[pgx.Tx]
+	fanout *fanout.Fanout
+}
+
+// setup gives a fresh database with pool "hooks" of maxAttempts, a started
+// River client from workers.ClientConfig with the webhook of cfg (its Pool
+// set to "hooks") and fast retries, and a fan-out to turn events into jobs.
+func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: pool, MaxAttempts: maxAttempts})
+	require.NoError(t, err)
+
+	ws := river.NewWorkers()
+	cfg.Pool = pool
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger
+	}
+	require.NoError(t, webhook.Register(ws, cfg))
+	rc, err := workers.ClientConfig(workers.ClientOpts{
+		Queues:  map[string]int{fanout.DefaultQueue(pool): 2},
+		Workers: ws,
+		Logger:  discardLogger,
+	})
+	require.NoError(t, err)
+	rc.RetryPolicy = fastRetry{}
+	rc.TestOnly = true
+	client, err := river.NewClient(riverpgxv5.New(db), rc)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+
+	f, err := fanout.New(db, &fanout.Config{Logger: discardLogger})
+	require.NoError(t, err)
+	return &testBundle{db: db, client: client, fanout: f}
+}
+
+// appendEvent appends an event with plain SQL, fans it out, and returns the
+// event as stored and the id of its job in pool "hooks".
+func (b *testBundle) appendEvent(t *testing.T, typ, key, data string) (outbox.Event, int64) {
+	t.Helper()
+	ctx := context.Background()
+	var ev outbox.Event
+	require.NoError(t, b.db.QueryRow(ctx,
+		`INSERT INTO riverbus_event (type, key, data) VALUES ($1, $2, $3)
+		RETURNING global_sequence, event_id, type, key, tags, data, metadata, occurred_at`, typ, key, data).
+		Scan(&ev.GlobalSequence, &ev.EventID, &ev.Type, &ev.Key, &ev.Tags, &ev.Data, &ev.Metadata, &ev.OccurredAt))
+	var jobID int64
+	eventually(t, 10*time.Second, func() bool {
+		_, err := b.fanout.Pass(ctx)
+		require.NoError(t, err)
+		err = b.db.QueryRow(ctx, `SELECT id FROM river_job WHERE kind = $1 AND (args->>'global_sequence')::bigint = $2`,
+			pool, ev.GlobalSequence).Scan(&jobID)
+		if err == pgx.ErrNoRows {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}, "job of event %d", ev.GlobalSequence)
+	return ev, jobID
+}
+
+// eventually waits for cond with a deadline, polling every 10ms.
+func eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, fmt.Sprintf(msg, args...))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type jobRow struct {
+	State   string
+	Attempt int
+	Errors  []string // error texts, oldest first
+	Args    string   // args as stored, jsonb text
+}
+
+func getJob(t testing.TB, db *pgxpool.Pool, id int64) jobRow {
+	t.Helper()
+	var j jobRow
+	require.NoError(t, db.QueryRow(context.Background(),
+		`SELECT state::text, attempt,
+			coalesce((SELECT array_agg(e->>'error' ORDER BY n) FROM unnest(errors) WITH ORDINALITY AS u(e, n)), '{}'),
+			args::text
+		FROM river_job WHERE id = $1`, id).Scan(&j.State, &j.Attempt, &j.Errors, &j.Args))
+	return j
+}
+
+func waitJobState(t testing.TB, db *pgxpool.Pool, id int64, state rivertype.JobState) jobRow {
+	t.Helper()
+	var j jobRow
+	eventually(t, 20*time.Second, func() bool {
+		j = getJob(t, db, id)
+		return j.State == string(state)
+	}, "job %d %s (now %+v)", id, state, &j)
+	return j
+}
+
+// delivery is one request a receiver got.
+type delivery struct {
+	Method string
+	Path   string
+	Query  string
+	Header http.Header
+	Body   []byte
+}
+
+// receiver is an httptest server that records every request and answers
+// with respond, called with the 1-based number of the request.
+type receiver struct {
+	*httptest.Server
+	mu  sync.Mutex
+	got []delivery
+}
+
+func newReceiver(t *testing.T, respond func(n int, w http.ResponseWriter, r *http.Request)) *receiver {
+	t.Helper()
+	rcv := &receiver{}
+	rcv.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rcv.mu.Lock()
+		rcv.got = append(rcv.got, delivery{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
+		n := len(rcv.got)
+		rcv.mu.Unlock()
+		respond(n, w, r)
+	}))
+	t.Cleanup(rcv.Close)
+	return rcv
+}
+
+func (r *receiver) deliveries() []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]delivery(nil), r.got...)
+}
