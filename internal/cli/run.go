@@ -45,14 +45,26 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 	if demoRate < 0 || demoRate > 10_000 {
 		return fmt.Errorf("--demo-rate must be between 0 and 10000, got %d", demoRate)
 	}
+	uiLn, metricsLn, err := a.listeners(true)
+	if err != nil {
+		return err
+	}
+	closeListeners := func() {
+		uiLn.Close()
+		if metricsLn != nil {
+			metricsLn.Close()
+		}
+	}
 	dbURL := a.cfg.DatabaseURL
 	throwaway := dbURL == ""
 	if throwaway {
 		fmt.Fprintln(a.stdout, "DATABASE_URL is not set: starting a throwaway PostgreSQL (removed when this exits)...")
 		srv, u, err := a.startThrowaway(ctx)
 		if err != nil {
+			closeListeners()
 			return err
 		}
+		fmt.Fprintf(a.stdout, "throwaway PostgreSQL on 127.0.0.1:%d (data in %s)\n", srv.Port(), srv.DataDir())
 		defer func() {
 			if err := srv.Stop(); err != nil {
 				a.logger.Warn("stopping the throwaway PostgreSQL", "error", err)
@@ -64,6 +76,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 	}
 	db, err := a.connectRetrying(ctx, dbURL)
 	if err != nil {
+		closeListeners()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -71,10 +84,15 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 	}
 	defer db.Close()
 	if _, err := migrations.Up(ctx, db); err != nil {
+		closeListeners()
 		return err
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	if err := a.serve(gctx, g, db, uiLn, metricsLn); err != nil {
+		closeListeners()
+		return err
+	}
 	g.Go(func() error { return a.runFanout(gctx, db, nil) })
 
 	var stopWorkers func()
@@ -95,7 +113,10 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		g.Go(func() error { return demoTraffic(gctx, db, demoRate, a.logger) })
 	}
 
-	where := []string{}
+	where := []string{"River UI:  " + listenerURL(uiLn, "/")}
+	if metricsLn != nil {
+		where = append(where, "metrics:   "+listenerURL(metricsLn, "/metrics"))
+	}
 	if throwaway {
 		where = append(where, fmt.Sprintf("database:  export DATABASE_URL='%s'", dbURL))
 	}

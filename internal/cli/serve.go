@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/riverbus/riverbus/internal/metrics"
+	"github.com/riverbus/riverbus/internal/ui"
+)
+
+// listeners opens the UI and metrics listeners before anything else starts,
+// so a busy port or a refused bind fails the command at once. Either may be
+// nil: metrics when RIVERBUS_METRICS_ADDR is empty, the UI when withUI is
+// false.
+func (a *app) listeners(withUI bool) (uiLn, metricsLn net.Listener, err error) {
+	if withUI {
+		if err := ui.CheckBind(a.cfg.UIAddr, a.cfg.UIUser, a.cfg.UIPassword); err != nil {
+			return nil, nil, err
+		}
+		if uiLn, err = net.Listen("tcp", a.cfg.UIAddr); err != nil {
+			return nil, nil, fmt.Errorf("River UI: listen on %s (RIVERBUS_UI_ADDR): %w", a.cfg.UIAddr, err)
+		}
+	}
+	if a.cfg.MetricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", a.cfg.MetricsAddr); err != nil {
+			if uiLn != nil {
+				uiLn.Close()
+			}
+			return nil, nil, fmt.Errorf("metrics: listen on %s (RIVERBUS_METRICS_ADDR): %w", a.cfg.MetricsAddr, err)
+		}
+	}
+	return uiLn, metricsLn, nil
+}
+
+// serve runs River UI and the metrics endpoint on the given listeners (nil
+// ones are skipped) in g until ctx ends.
+func (a *app) serve(ctx context.Context, g *errgroup.Group, db *pgxpool.Pool, uiLn, metricsLn net.Listener) error {
+	if uiLn != nil {
+		h, err := ui.NewHandler(ctx, db, ui.Opts{User: a.cfg.UIUser, Password: a.cfg.UIPassword, Logger: a.riverLogger})
+		if err != nil {
+			return err
+		}
+		if err := h.Start(ctx); err != nil {
+			return fmt.Errorf("River UI: %w", err)
+		}
+		g.Go(func() error {
+			defer h.Stop()
+			return ui.ServeListener(ctx, uiLn, h, a.logger)
+		})
+	}
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics.Handler(metrics.NewRegistry(db, a.logger)))
+		g.Go(func() error { return ui.ServeListener(ctx, metricsLn, mux, a.logger) })
+	}
+	return nil
+}
+
+func listenerURL(ln net.Listener, path string) string {
+	return "http://" + ln.Addr().String() + path
+}
+
+func (a *app) uiCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ui",
+		Short: "Serve River UI (and metrics) for the database",
+		Long: `Serves River UI on RIVERBUS_UI_ADDR (default 127.0.0.1:8080) and the metrics
+endpoint on RIVERBUS_METRICS_ADDR. With RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD
+set, the UI requires HTTP basic auth; binding anything but a loopback address
+without them is refused.`,
+		Example: `  riverbus ui
+  RIVERBUS_UI_ADDR=0.0.0.0:8080 RIVERBUS_UI_USER=ops RIVERBUS_UI_PASSWORD=... riverbus ui`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			u, err := a.requireURL()
+			if err != nil {
+				return err
+			}
+			uiLn, metricsLn, err := a.listeners(true)
+			if err != nil {
+				return err
+			}
+			db, err := a.connectRetrying(ctx, u)
+			if err != nil {
+				uiLn.Close()
+				if metricsLn != nil {
+					metricsLn.Close()
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			defer db.Close()
+			g, gctx := errgroup.WithContext(ctx)
+			if err := a.serve(gctx, g, db, uiLn, metricsLn); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "River UI: %s\n", listenerURL(uiLn, "/"))
+			if metricsLn != nil {
+				fmt.Fprintf(a.stdout, "metrics:  %s\n", listenerURL(metricsLn, "/metrics"))
+			}
+			return g.Wait()
+		},
+	}
+}

@@ -1,0 +1,41 @@
+// Package metrics exports riverbus's state to Prometheus with the official
+// client library.
+//
+// # Collector
+//
+// Collector reads the database at scrape time, in one read-only snapshot
+// with a timeout, so the numbers are those of the whole deployment (every
+// instance shares the database), not of the process that is scraped. A
+// scrape whose queries fail reports riverbus_up 0 and logs the error.
+//
+// Per pool (label pool):
+//
+//	riverbus_pool_cursor                      every event <= cursor is a job (or filtered out)
+//	riverbus_pool_checkpoint                  every job for an event <= checkpoint is finished
+//	riverbus_pool_lag                         horizon - checkpoint (0 when the checkpoint is ahead)
+//	riverbus_pool_events_fanned_out_total     jobs created from events, late ones included
+//	riverbus_pool_late_events_delivered_total late events delivered
+//	riverbus_pool_jobs                        River jobs by state (label state, every River state)
+//	riverbus_pool_dead_letters                dead letters kept in riverbus_dead_letter
+//	riverbus_pool_paused                      1 when the pool's fan-out is paused
+//
+// Global:
+//
+//	riverbus_up                      1 when the last scrape read the database
+//	riverbus_scrape_duration_seconds how long the scrape's queries took
+//	riverbus_horizon                 every sequence <= horizon is visible or will never commit
+//	riverbus_open_gaps               open gap runs just above the horizon
+//	riverbus_watched_skipped         skipped sequences watched for a late commit
+//	riverbus_gaps_proven_dead_total  sequences proven rolled back
+//	riverbus_gaps_skipped_total      sequences skipped by the gap timeout
+//	riverbus_late_events_total       skipped sequences that committed after all
+//
+// The checkpoint is the one last stored (by the checkpoint package, which
+// `riverbus run` advances); the collector does not advance it.
+//
+// # Serving
+//
+// NewRegistry returns a registry with the Collector and the Go runtime and
+// process collectors; Handler serves it in the Prometheus exposition
+// format, to be mounted at /metrics.
+package metrics

@@ -1,0 +1,256 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Namespace is the prefix of every riverbus metric.
+const Namespace = "riverbus"
+
+// TimeoutDefault is the default of CollectorOpts.Timeout.
+const TimeoutDefault = 5 * time.Second
+
+var (
+	descUp             = newDesc("up", "1 when the last scrape read riverbus's state from the database, 0 when it failed.")
+	descScrapeDuration = newDesc("scrape_duration_seconds", "How long reading riverbus's state from the database took.")
+
+	descHorizon        = newDesc("horizon", "Global horizon: every sequence at or below it is visible or will never commit.")
+	descOpenGaps       = newDesc("open_gaps", "Open gaps: runs of missing sequences just above the horizon.")
+	descWatchedSkipped = newDesc("watched_skipped", "Sequences the horizon skipped by the gap timeout that are watched for a late commit.")
+	descGapsProvenDead = newDesc("gaps_proven_dead_total", "Missing sequences proven rolled back.")
+	descGapsSkipped    = newDesc("gaps_skipped_total", "Missing sequences skipped by the gap timeout.")
+	descLateEvents     = newDesc("late_events_total", "Skipped sequences that committed after all (late events).")
+
+	descPoolCursor     = newDesc("pool_cursor", "Every event at or below the cursor has been turned into a job of the pool or filtered out.", "pool")
+	descPoolCheckpoint = newDesc("pool_checkpoint", "Every job of the pool for an event at or below the checkpoint is finished (as last stored).", "pool")
+	descPoolLag        = newDesc("pool_lag", "Horizon minus checkpoint: events the pool has not finished yet (0 when the checkpoint is ahead).", "pool")
+	descPoolFannedOut  = newDesc("pool_events_fanned_out_total", "Jobs the fan-out created for the pool, late events included.", "pool")
+	descPoolLate       = newDesc("pool_late_events_delivered_total", "Late events delivered to the pool.", "pool")
+	descPoolJobs       = newDesc("pool_jobs", "River jobs of the pool by state.", "pool", "state")
+	descPoolDead       = newDesc("pool_dead_letters", "Dead letters of the pool: discarded jobs kept until retried or purged.", "pool")
+	descPoolPaused     = newDesc("pool_paused", "1 when the pool's fan-out is paused.", "pool")
+
+	allDescs = []*prometheus.Desc{
+		descUp, descScrapeDuration,
+		descHorizon, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents,
+		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolPaused,
+	}
+)
+
+func newDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
+}
+
+// CollectorOpts are the optional settings of NewCollector.
+type CollectorOpts struct {
+	// Timeout bounds the queries of one scrape. Zero means TimeoutDefault.
+	Timeout time.Duration
+	// Logger receives the errors of failed scrapes. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Collector is a prometheus.Collector that reads riverbus's horizon, pools
+// and their jobs from the database at each scrape. See the package
+// documentation for the metrics. It is safe for concurrent scrapes.
+type Collector struct {
+	db      *pgxpool.Pool
+	timeout time.Duration
+	logger  *slog.Logger
+}
+
+// NewCollector returns a Collector for db; opts may be nil. It does not
+// touch the database. It panics when db is nil.
+func NewCollector(db *pgxpool.Pool, opts *CollectorOpts) *Collector {
+	if db == nil {
+		panic("metrics.NewCollector: db is nil")
+	}
+	if opts == nil {
+		opts = &CollectorOpts{}
+	}
+	c := &Collector{db: db, timeout: opts.Timeout, logger: opts.Logger}
+	if c.timeout <= 0 {
+		c.timeout = TimeoutDefault
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return c
+}
+
+// Describe sends the descriptions of every metric the Collector exports.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+// Collect reads the database and sends the metrics. When the read fails it
+// sends riverbus_up 0 (and the scrape duration) only, and logs the error.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	s, err := c.read(ctx)
+	emit(ch, descScrapeDuration, prometheus.GaugeValue, time.Since(start).Seconds())
+	if err != nil {
+		c.logger.Error("metrics: read riverbus state", "err", err)
+		emit(ch, descUp, prometheus.GaugeValue, 0)
+		return
+	}
+	emit(ch, descUp, prometheus.GaugeValue, 1)
+
+	emit(ch, descHorizon, prometheus.GaugeValue, float64(s.horizon))
+	emit(ch, descOpenGaps, prometheus.GaugeValue, float64(s.openGaps))
+	emit(ch, descWatchedSkipped, prometheus.GaugeValue, float64(s.watchedSkipped))
+	emit(ch, descGapsProvenDead, prometheus.CounterValue, float64(s.gapsProvenDead))
+	emit(ch, descGapsSkipped, prometheus.CounterValue, float64(s.gapsSkipped))
+	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.lateEvents))
+
+	for _, p := range s.pools {
+		emit(ch, descPoolCursor, prometheus.GaugeValue, float64(p.cursor), p.name)
+		emit(ch, descPoolCheckpoint, prometheus.GaugeValue, float64(p.checkpoint), p.name)
+		emit(ch, descPoolLag, prometheus.GaugeValue, float64(max(s.horizon-p.checkpoint, 0)), p.name)
+		emit(ch, descPoolFannedOut, prometheus.CounterValue, float64(p.eventsFannedOut), p.name)
+		emit(ch, descPoolLate, prometheus.CounterValue, float64(p.lateDelivered), p.name)
+		emit(ch, descPoolDead, prometheus.GaugeValue, float64(p.deadLetters), p.name)
+		paused := 0.0
+		if p.paused {
+			paused = 1
+		}
+		emit(ch, descPoolPaused, prometheus.GaugeValue, paused, p.name)
+
+		// Every River state, zero included, so a series never vanishes.
+		jobs := s.jobs[p.name]
+		for _, state := range rivertype.JobStates() {
+			emit(ch, descPoolJobs, prometheus.GaugeValue, float64(jobs[string(state)]), p.name, string(state))
+		}
+		for state, n := range jobs {
+			if !isKnownState(state) { // a state newer than this River version
+				emit(ch, descPoolJobs, prometheus.GaugeValue, float64(n), p.name, state)
+			}
+		}
+	}
+}
+
+// emit sends one constant metric. A metric that cannot be built (a label
+// value that is not UTF-8, say) is sent as an invalid metric, which the
+// registry reports, rather than panicking.
+func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, typ prometheus.ValueType, v float64, labels ...string) {
+	m, err := prometheus.NewConstMetric(desc, typ, v, labels...)
+	if err != nil {
+		m = prometheus.NewInvalidMetric(desc, err)
+	}
+	ch <- m
+}
+
+func isKnownState(s string) bool {
+	for _, st := range rivertype.JobStates() {
+		if string(st) == s {
+			return true
+		}
+	}
+	return false
+}
+
+type state struct {
+	horizon, gapsProvenDead, gapsSkipped, lateEvents, openGaps, watchedSkipped int64
+
+	pools []poolState
+	jobs  map[string]map[string]int64 // pool → state → count
+}
+
+type poolState struct {
+	name                                               string
+	cursor, checkpoint, eventsFannedOut, lateDelivered int64
+	deadLetters                                        int64
+	paused                                             bool
+}
+
+// read reads everything in one read-only snapshot.
+func (c *Collector) read(ctx context.Context) (*state, error) {
+	s := &state{jobs: map[string]map[string]int64{}}
+	err := pgx.BeginTxFunc(ctx, c.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, sqlHorizon).Scan(&s.horizon, &s.gapsProvenDead, &s.gapsSkipped, &s.lateEvents,
+			&s.openGaps, &s.watchedSkipped)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errors.New("read horizon: riverbus_horizon has no row (run riverbus migrate)")
+		}
+		if err != nil {
+			return fmt.Errorf("read horizon: %w", err)
+		}
+
+		rows, err := tx.Query(ctx, sqlPools)
+		if err != nil {
+			return fmt.Errorf("read pools: %w", err)
+		}
+		s.pools, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (poolState, error) {
+			var p poolState
+			err := row.Scan(&p.name, &p.cursor, &p.checkpoint, &p.eventsFannedOut, &p.lateDelivered, &p.paused, &p.deadLetters)
+			return p, err
+		})
+		if err != nil {
+			return fmt.Errorf("read pools: %w", err)
+		}
+
+		rows, err = tx.Query(ctx, sqlPoolJobs)
+		if err != nil {
+			return fmt.Errorf("count pool jobs: %w", err)
+		}
+		var (
+			kind, st string
+			n        int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&kind, &st, &n}, func() error {
+			if s.jobs[kind] == nil {
+				s.jobs[kind] = map[string]int64{}
+			}
+			s.jobs[kind][st] = n
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("count pool jobs: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewRegistry returns a registry with a Collector for db (logging to
+// logger; nil means slog.Default()) and the Go runtime and process
+// collectors.
+func NewRegistry(db *pgxpool.Pool, logger *slog.Logger) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		NewCollector(db, &CollectorOpts{Logger: logger}),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// Handler serves the metrics of reg in the Prometheus exposition format,
+// along with promhttp's own request counters. Mount it at /metrics.
+func Handler(reg *prometheus.Registry) http.Handler {
+	return promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry: reg,
+		// The Collector reports its own failures as riverbus_up 0; keep
+		// serving the rest when anything else fails.
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+}

@@ -1,0 +1,245 @@
+package metrics_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/metrics"
+	"github.com/riverbus/riverbus/internal/pgtest"
+)
+
+// syncBuffer is a log sink for tests.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// scrape GETs url and returns the series in it, "name{labels}" → value as
+// printed.
+func scrape(t *testing.T, url string) map[string]string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+
+	series := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		require.Positive(t, i, "line %q", line)
+		series[line[:i]] = line[i+1:]
+	}
+	require.NoError(t, sc.Err())
+	return series
+}
+
+// serve serves metrics.Handler(metrics.NewRegistry(db, logger)).
+func serve(t *testing.T, db *pgxpool.Pool, logger *slog.Logger) string {
+	t.Helper()
+	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(db, logger)))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/metrics"
+}
+
+func TestCollector(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewPool(t)
+	quiet := slog.New(slog.DiscardHandler)
+
+	// a takes every event, b only type u (none), c is paused.
+	for _, p := range []fanout.PoolParams{
+		{Name: "a"},
+		{Name: "b", EventTypes: []string{"u"}},
+		{Name: "c"},
+	} {
+		_, _, err := fanout.CreatePool(ctx, db, p)
+		require.NoError(t, err)
+	}
+	_, err := fanout.SetPoolStatus(ctx, db, "c", fanout.PoolPaused)
+	require.NoError(t, err)
+	for range 3 {
+		_, err := db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}')`)
+		require.NoError(t, err)
+	}
+	f, err := fanout.New(db, &fanout.Config{Logger: quiet})
+	require.NoError(t, err)
+	_, err = f.Pass(ctx)
+	require.NoError(t, err)
+
+	// A job of another kind is not counted.
+	_, err = db.Exec(ctx, `INSERT INTO river_job (kind, args, max_attempts) VALUES ('other', '{}', 1)`)
+	require.NoError(t, err)
+
+	url := serve(t, db, quiet)
+	s := scrape(t, url)
+
+	for series, want := range map[string]string{
+		`riverbus_up`:                     "1",
+		`riverbus_horizon`:                "3",
+		`riverbus_open_gaps`:              "0",
+		`riverbus_watched_skipped`:        "0",
+		`riverbus_gaps_proven_dead_total`: "0",
+		`riverbus_gaps_skipped_total`:     "0",
+		`riverbus_late_events_total`:      "0",
+
+		`riverbus_pool_cursor{pool="a"}`:                      "3",
+		`riverbus_pool_checkpoint{pool="a"}`:                  "0",
+		`riverbus_pool_lag{pool="a"}`:                         "3",
+		`riverbus_pool_events_fanned_out_total{pool="a"}`:     "3",
+		`riverbus_pool_late_events_delivered_total{pool="a"}`: "0",
+		`riverbus_pool_jobs{pool="a",state="available"}`:      "3",
+		`riverbus_pool_jobs{pool="a",state="discarded"}`:      "0",
+		`riverbus_pool_jobs{pool="a",state="completed"}`:      "0",
+		`riverbus_pool_dead_letters{pool="a"}`:                "0",
+		`riverbus_pool_paused{pool="a"}`:                      "0",
+
+		`riverbus_pool_cursor{pool="b"}`:                  "3", // filtered out
+		`riverbus_pool_lag{pool="b"}`:                     "3",
+		`riverbus_pool_events_fanned_out_total{pool="b"}`: "0",
+		`riverbus_pool_jobs{pool="b",state="available"}`:  "0",
+
+		`riverbus_pool_cursor{pool="c"}`:                 "0",
+		`riverbus_pool_paused{pool="c"}`:                 "1",
+		`riverbus_pool_jobs{pool="c",state="available"}`: "0",
+	} {
+		require.Equal(t, want, s[series], series)
+	}
+	// Every River state is there, and nothing for other kinds.
+	n := 0
+	for series := range s {
+		if strings.HasPrefix(series, `riverbus_pool_jobs{pool="a",`) {
+			n++
+		}
+		require.NotContains(t, series, `pool="other"`)
+	}
+	require.Equal(t, 8, n, "states of pool a")
+	require.Contains(t, s, "go_goroutines")
+	require.Contains(t, s, "process_cpu_seconds_total")
+
+	// The first job of a fails for good: a dead letter, and the checkpoint
+	// stops below it. Then the horizon counters and gap tables move.
+	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now()
+WHERE id = (SELECT min(id) FROM river_job WHERE kind = 'a')`)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
+WHERE id = (SELECT max(id) FROM river_job WHERE kind = 'a')`)
+	require.NoError(t, err)
+	cp, err := checkpoint.Advance(ctx, db, "a")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), cp)
+	_, err = db.Exec(ctx, `
+UPDATE riverbus_horizon SET gaps_proven_dead = 4, gaps_skipped = 2, late_events = 1;
+INSERT INTO riverbus_gap (first_sequence, last_sequence, xid_bound) VALUES (5, 6, '1');
+INSERT INTO riverbus_skipped (sequence, xid_bound, late_at) VALUES (7, '1', NULL), (8, '1', now())`)
+	require.NoError(t, err)
+
+	s = scrape(t, url)
+	for series, want := range map[string]string{
+		`riverbus_up`:                     "1",
+		`riverbus_horizon`:                "3",
+		`riverbus_open_gaps`:              "1",
+		`riverbus_watched_skipped`:        "1",
+		`riverbus_gaps_proven_dead_total`: "4",
+		`riverbus_gaps_skipped_total`:     "2",
+		`riverbus_late_events_total`:      "1",
+
+		`riverbus_pool_checkpoint{pool="a"}`:             "1",
+		`riverbus_pool_lag{pool="a"}`:                    "2",
+		`riverbus_pool_jobs{pool="a",state="available"}`: "1",
+		`riverbus_pool_jobs{pool="a",state="discarded"}`: "1",
+		`riverbus_pool_jobs{pool="a",state="completed"}`: "1",
+		`riverbus_pool_dead_letters{pool="a"}`:           "1",
+		`riverbus_pool_dead_letters{pool="b"}`:           "0",
+	} {
+		require.Equal(t, want, s[series], series)
+	}
+}
+
+func TestCollectorLint(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewPool(t)
+	_, _, err := fanout.CreatePool(t.Context(), db, fanout.PoolParams{Name: "a"})
+	require.NoError(t, err)
+	problems, err := testutil.CollectAndLint(metrics.NewCollector(db, nil))
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+func TestCollectorDatabaseDown(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewPool(t)
+	var logs syncBuffer
+	url := serve(t, db, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.Equal(t, "1", scrape(t, url)["riverbus_up"])
+
+	db.Close()
+	s := scrape(t, url)
+	require.Equal(t, "0", s["riverbus_up"])
+	require.NotContains(t, s, "riverbus_horizon")
+	require.Contains(t, s, "go_goroutines") // the rest still served
+	require.Contains(t, logs.String(), "metrics: read riverbus state")
+}
+
+func TestCollectorTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewPool(t)
+
+	// Hold a lock the scrape's first query waits for.
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	_, err = tx.Exec(ctx, `LOCK TABLE riverbus_horizon IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	var logs syncBuffer
+	c := metrics.NewCollector(db, &metrics.CollectorOpts{
+		Timeout: 200 * time.Millisecond,
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	start := time.Now()
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP riverbus_up 1 when the last scrape read riverbus's state from the database, 0 when it failed.
+# TYPE riverbus_up gauge
+riverbus_up 0
+`), "riverbus_up", "riverbus_horizon"))
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Contains(t, logs.String(), "metrics: read riverbus state")
+}

@@ -1,0 +1,167 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/internal/ui"
+)
+
+// browserTimeout bounds the whole browser test, browser start included.
+const browserTimeout = 60 * time.Second
+
+// TestBrowser loads River UI in headless Chromium: the jobs page renders the
+// pool's job; with basic auth, a load without credentials gets 401 and no
+// jobs, and one with them renders the page.
+//
+// It needs the chromium executable (Debian package chromium). Without it the
+// test is skipped, unless the environment variable CI is set.
+func TestBrowser(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("chromium not found; CI must install the Debian package chromium: %v", err)
+		}
+		t.Skipf("chromium not found, skipping the browser test (apt-get install chromium): %v", err)
+	}
+	t.Parallel()
+
+	// Created before the browser starts, so removed after it has exited.
+	userDataDir := t.TempDir()
+
+	ctx, cancel := context.WithTimeout(t.Context(), browserTimeout)
+	defer cancel()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox, // the tests may run as root
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true), // /dev/shm is small in containers
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(userDataDir),
+	)
+	defer cancelAlloc() // waits for the browser to exit
+	browserCtx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	// Start the browser now, so a failure to launch shows as such.
+	require.NoError(t, chromedp.Do(browserCtx), "start chromium")
+
+	t.Run("JobsPage", func(t *testing.T) {
+		base := serveUI(t, ctx, ui.Opts{})
+		tab, cancelTab := chromedp.NewContext(browserCtx)
+		defer cancelTab()
+
+		resp, err := chromedp.Run(tab, chromedp.NavigateResponse(base+"/jobs?state=available"))
+		require.NoError(t, err)
+		require.Equal(t, int64(http.StatusOK), resp.Status)
+		require.NoError(t, chromedp.Do(tab, waitForText("billing")))
+	})
+
+	t.Run("BasicAuth", func(t *testing.T) {
+		base := serveUI(t, ctx, ui.Opts{User: "ops", Password: "s3cret"})
+
+		// Beside the browser: the status and the challenge.
+		resp, body := get(t, base+"/jobs?state=available", nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.NotEmpty(t, resp.Header.Get("WWW-Authenticate"))
+		require.NotContains(t, body, "billing")
+
+		// Without credentials: 401, and the page shows no job.
+		tab, cancelTab := chromedp.NewContext(browserCtx)
+		defer cancelTab()
+		status := documentStatus(t, tab)
+		// Headless Chromium shows no login prompt: it cancels the challenge
+		// and fails the load, after the 401 response arrived.
+		_, err := chromedp.Run(tab, chromedp.NavigateResponse(base+"/jobs?state=available"))
+		var loadErr *chromedp.LoadError
+		require.ErrorAs(t, err, &loadErr)
+		require.Equal(t, "net::ERR_INVALID_AUTH_CREDENTIALS", loadErr.ErrorText)
+		require.Equal(t, int64(http.StatusUnauthorized), status())
+		text, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		require.NoError(t, err)
+		require.NotContains(t, text, "billing")
+
+		// With credentials on every request the page makes, it renders.
+		tab2, cancelTab2 := chromedp.NewContext(browserCtx)
+		defer cancelTab2()
+		authz := "Basic " + base64.StdEncoding.EncodeToString([]byte("ops:s3cret"))
+		require.NoError(t, chromedp.Do(tab2, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := cdp.Call(ctx, t, network.SetExtraHTTPHeaders,
+				network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": authz}})
+			return err
+		})))
+		doc, err := chromedp.Run(tab2, chromedp.NavigateResponse(base+"/jobs?state=available"))
+		require.NoError(t, err)
+		require.Equal(t, int64(http.StatusOK), doc.Status)
+		require.NoError(t, chromedp.Do(tab2, waitForText("billing")))
+	})
+}
+
+// serveUI serves River UI for a fresh database with a "billing" job on
+// 127.0.0.1:0 and returns its base URL.
+func serveUI(t *testing.T, ctx context.Context, opts ui.Opts) string {
+	t.Helper()
+	b := setup(t)
+	opts.Logger = b.logger
+	h, err := ui.NewHandler(ctx, b.db, opts)
+	require.NoError(t, err)
+	require.NoError(t, h.Start(ctx))
+	t.Cleanup(h.Stop)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srvCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- ui.ServeListener(srvCtx, ln, h, b.logger) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// documentStatus records the HTTP status of the documents the tab loads and
+// returns a function that reads the last one (0: none yet).
+func documentStatus(t *testing.T, tab context.Context) func() int64 {
+	t.Helper()
+	var (
+		mu     sync.Mutex
+		status int64
+	)
+	require.NoError(t, chromedp.Listen(tab, func(ev any) {
+		if e, ok := ev.(*network.EventResponseReceived); ok && e.Type == network.ResourceTypeDocument {
+			mu.Lock()
+			status = e.Response.Status
+			mu.Unlock()
+		}
+	}))
+	return func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return status
+	}
+}
+
+// waitForText waits until the page's visible text contains s.
+func waitForText(s string) chromedp.Action[chromedp.Void] {
+	quoted, _ := json.Marshal(s)
+	return chromedp.Poll[chromedp.Void](`document.body && document.body.innerText.includes(`+string(quoted)+`)`,
+		chromedp.WithPollingInterval(100*time.Millisecond))
+}

@@ -1,0 +1,25 @@
+// Package ui serves River UI, embedded from riverqueue.com/riverui (which
+// ships its built front end), for `riverbus ui` and `riverbus run`.
+//
+// # Handler
+//
+// NewHandler builds an http.Handler that serves River UI's pages and its
+// JSON API under Opts.Prefix. It talks to the database through an
+// insert-only River client: it works no jobs. Start it before serving (River
+// UI caches counts in the background) and Stop it when done.
+//
+// Every pool is a River job kind, so River UI lists, filters, retries and
+// cancels the pools' jobs as it does any other job.
+//
+// # Authentication
+//
+// With Opts.User and Opts.Password set, every path, the API included,
+// requires HTTP basic auth with those credentials. CheckBind refuses to
+// serve a non-loopback address without them: River UI can cancel, retry and
+// delete jobs, so it must not be open to the network.
+//
+// # Serving
+//
+// Serve and ServeListener run an http.Server with timeouts until the context
+// ends, then shut it down gracefully.
+package ui
