@@ -2,24 +2,19 @@ package fanout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
-	"github.com/riverbus/riverbus/outbox"
 )
 
 // Defaults of Config fields.
@@ -85,8 +80,9 @@ type Fanout struct {
 	river  *river.Client[pgx.Tx]
 	logger *slog.Logger
 
-	mu    sync.Mutex
-	stats Stats
+	mu        sync.Mutex
+	stats     Stats
+	lastSweep time.Time
 
 	wake chan struct{}
 }
@@ -289,6 +285,21 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 		}
 	}
 
+	// The safety net of ordered pools, a few times a second.
+	f.mu.Lock()
+	sweep := time.Since(f.lastSweep) > 250*time.Millisecond
+	if sweep {
+		f.lastSweep = time.Now()
+	}
+	f.mu.Unlock()
+	if sweep {
+		if n, err := ReleaseStuckLanes(ctx, f.db); err != nil {
+			return res, err
+		} else if n > 0 {
+			f.logger.Warn("released ordered lanes that had no job in flight", "jobs", n)
+		}
+	}
+
 	rows, err := f.db.Query(ctx, sqlActivePoolNames)
 	if err != nil {
 		return res, fmt.Errorf("list active pools: %w", err)
@@ -358,169 +369,4 @@ func (f *Fanout) recordRound(r RoundResult) {
 	if r.ProvenDead > 0 {
 		f.logger.Debug("gap proven rolled back", "sequences", r.ProvenDead, "horizon", r.Horizon)
 	}
-}
-
-// jobArgs is what a pool job carries: the event envelope, flagged late when
-// it committed after its gap timed out. workers.Args decodes it.
-type jobArgs struct {
-	kind string
-	outbox.Event
-	Late bool `json:"late,omitempty"`
-}
-
-func (a jobArgs) Kind() string { return a.kind }
-
-type lockedPool struct {
-	queue       string
-	eventTypes  []string
-	tags        []string
-	maxAttempts int16
-	priority    int16
-	startAfter  int64
-	cursor      int64
-}
-
-// FanOutPool runs one batch for pool name in one transaction: lock the pool
-// row (skipping it when another instance has it), turn the events in
-// (cursor, horizon] into jobs, deliver late events, move the cursor, commit.
-// full reports that the batch was full, so more may be waiting.
-func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool, error) {
-	res := BatchResult{Pool: name}
-	full := false
-	err := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
-		var p lockedPool
-		err := tx.QueryRow(ctx, sqlPoolLock, name).Scan(&p.queue, &p.eventTypes, &p.tags, &p.maxAttempts,
-			&p.priority, &p.startAfter, &p.cursor)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // paused, deleted, or another instance has it now
-		}
-		if err != nil {
-			return fmt.Errorf("lock pool: %w", err)
-		}
-		var horizon int64
-		var anySkipped bool
-		if err := tx.QueryRow(ctx, sqlHorizonAndSkipped).Scan(&horizon, &anySkipped); err != nil {
-			return fmt.Errorf("read horizon: %w", err)
-		}
-
-		var params []river.InsertManyParams
-		newCursor := p.cursor
-		if horizon > p.cursor {
-			var rows pgx.Rows
-			if len(p.eventTypes) > 0 {
-				rows, err = tx.Query(ctx, sqlEventsOfTypes, p.cursor, horizon, p.tags, f.cfg.BatchSize, p.eventTypes)
-			} else {
-				rows, err = tx.Query(ctx, sqlEventsAll, p.cursor, horizon, p.tags, f.cfg.BatchSize)
-			}
-			if err != nil {
-				return fmt.Errorf("read events: %w", err)
-			}
-			events, err := pgx.CollectRows(rows, scanEvent)
-			if err != nil {
-				return fmt.Errorf("read events: %w", err)
-			}
-			full = len(events) == f.cfg.BatchSize
-			newCursor = horizon
-			if full {
-				newCursor = events[len(events)-1].GlobalSequence
-			}
-			for _, e := range events {
-				params = append(params, p.insertParams(name, e, false))
-			}
-			if anySkipped {
-				if _, err := tx.Exec(ctx, sqlPoolLateRecordRange, name, p.cursor, newCursor); err != nil {
-					return fmt.Errorf("record skipped sequences passed: %w", err)
-				}
-			}
-		}
-
-		lateCount := 0
-		if anySkipped && p.cursor > p.startAfter {
-			rows, err := tx.Query(ctx, sqlLateEvents, name, p.cursor, p.startAfter)
-			if err != nil {
-				return fmt.Errorf("read late events: %w", err)
-			}
-			late, err := pgx.CollectRows(rows, scanEvent)
-			if err != nil {
-				return fmt.Errorf("read late events: %w", err)
-			}
-			if len(late) > 0 {
-				seqs := make([]int64, len(late))
-				for i, e := range late {
-					seqs[i] = e.GlobalSequence
-					if p.matches(e) {
-						params = append(params, p.insertParams(name, e, true))
-						lateCount++
-					}
-				}
-				if _, err := tx.Exec(ctx, sqlPoolLateRecord, name, seqs); err != nil {
-					return fmt.Errorf("record late events: %w", err)
-				}
-			}
-		}
-
-		if newCursor == p.cursor && len(params) == 0 {
-			return nil
-		}
-		if len(params) > 0 {
-			if _, err := f.river.InsertManyFastTx(ctx, tx, params); err != nil {
-				return fmt.Errorf("insert jobs: %w", err)
-			}
-		}
-		if _, err := tx.Exec(ctx, sqlPoolAdvance, name, newCursor, len(params), lateCount); err != nil {
-			return fmt.Errorf("advance cursor: %w", err)
-		}
-		res.Jobs, res.Late, res.Cursor = len(params), lateCount, newCursor
-		return nil
-	})
-	if err != nil {
-		return BatchResult{}, false, fmt.Errorf("fan out pool %q: %w", name, err)
-	}
-	if res.Jobs > 0 || res.Late > 0 {
-		f.mu.Lock()
-		f.stats.EventsFannedOut[name] += int64(res.Jobs)
-		f.stats.LateDelivered[name] += int64(res.Late)
-		f.mu.Unlock()
-		if res.Late > 0 {
-			f.logger.Warn("delivered late events", "pool", name, "count", res.Late)
-		}
-		if f.cfg.OnBatch != nil {
-			f.cfg.OnBatch(res)
-		}
-	}
-	return res, full, nil
-}
-
-func (p *lockedPool) matches(e outbox.Event) bool {
-	if len(p.eventTypes) > 0 && !slices.Contains(p.eventTypes, e.Type) {
-		return false
-	}
-	for _, t := range p.tags {
-		if !slices.Contains(e.Tags, t) {
-			return false
-		}
-	}
-	return true
-}
-
-func (p *lockedPool) insertParams(kind string, e outbox.Event, late bool) river.InsertManyParams {
-	return river.InsertManyParams{
-		Args: jobArgs{kind: kind, Event: e, Late: late},
-		InsertOpts: &river.InsertOpts{
-			Queue:       p.queue,
-			MaxAttempts: int(p.maxAttempts),
-			Priority:    int(p.priority),
-		},
-	}
-}
-
-func scanEvent(row pgx.CollectableRow) (outbox.Event, error) {
-	var e outbox.Event
-	var data, metadata []byte
-	var id uuid.UUID
-	err := row.Scan(&e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt)
-	e.EventID = id
-	e.Data = json.RawMessage(data)
-	e.Metadata = json.RawMessage(metadata)
-	return e, err
 }

@@ -20,6 +20,38 @@ const (
 	PoolPaused = "paused"
 )
 
+// Pool orderings: how a pool's jobs may overtake each other.
+const (
+	// OrderingNone: jobs run in parallel in whatever order River fetches
+	// them, retries included.
+	OrderingNone = "none"
+	// OrderingKey: jobs with the same event key run one at a time in
+	// global-sequence order; different keys run in parallel.
+	OrderingKey = "key"
+	// OrderingGlobal: the whole pool runs one job at a time in
+	// global-sequence order.
+	OrderingGlobal = "global"
+)
+
+// What a dead letter does to its lane in an ordered pool.
+const (
+	// DeadLetterRelease: the next job of the key runs (the dead letter is
+	// kept, logged and counted).
+	DeadLetterRelease = "release"
+	// DeadLetterBlock: the key waits until an operator retries or purges
+	// the dead letter.
+	DeadLetterBlock = "block"
+)
+
+// Pool groupings.
+const (
+	// GroupNone: one job per event.
+	GroupNone = "none"
+	// GroupTransaction: the events one application transaction appended
+	// (and, in a key-ordered pool, with the same key) become one job.
+	GroupTransaction = "transaction"
+)
+
 // Pool defaults.
 const (
 	MaxAttemptsDefault = 25
@@ -59,6 +91,12 @@ type Pool struct {
 	// StartAfter: events with a higher global sequence are delivered.
 	StartAfter int64  `json:"start_after"`
 	Status     string `json:"status"`
+	// Ordering is OrderingNone, OrderingKey or OrderingGlobal.
+	Ordering string `json:"ordering"`
+	// OnDeadLetter is DeadLetterRelease or DeadLetterBlock.
+	OnDeadLetter string `json:"on_dead_letter"`
+	// Grouping is GroupNone or GroupTransaction.
+	Grouping string `json:"grouping"`
 	// Cursor: every event <= Cursor has been turned into a job or filtered out.
 	Cursor int64 `json:"cursor"`
 	// Checkpoint: every job of the pool for an event <= Checkpoint is finished.
@@ -127,6 +165,13 @@ type PoolParams struct {
 	MaxAttempts int
 	// Priority of each job, 1 (highest) to 4. Zero: PriorityDefault.
 	Priority int
+	// Ordering is OrderingNone (default), OrderingKey or OrderingGlobal.
+	Ordering string
+	// OnDeadLetter is DeadLetterRelease (default) or DeadLetterBlock; it
+	// matters only for ordered pools.
+	OnDeadLetter string
+	// Grouping is GroupNone (default) or GroupTransaction.
+	Grouping string
 	// From is where a new pool starts. Zero value: the beginning. Ignored
 	// when the pool already exists.
 	From StartPosition
@@ -188,6 +233,18 @@ func (p *PoolParams) normalize() error {
 	if p.Priority < 1 || p.Priority > 4 {
 		return fmt.Errorf("%w: priority must be between 1 and 4, got %d", ErrInvalidPool, p.Priority)
 	}
+	p.Ordering = cmpOr(p.Ordering, OrderingNone)
+	if p.Ordering != OrderingNone && p.Ordering != OrderingKey && p.Ordering != OrderingGlobal {
+		return fmt.Errorf("%w: ordering must be none, key or global, got %q", ErrInvalidPool, p.Ordering)
+	}
+	p.OnDeadLetter = cmpOr(p.OnDeadLetter, DeadLetterRelease)
+	if p.OnDeadLetter != DeadLetterRelease && p.OnDeadLetter != DeadLetterBlock {
+		return fmt.Errorf("%w: on dead letter must be release or block, got %q", ErrInvalidPool, p.OnDeadLetter)
+	}
+	p.Grouping = cmpOr(p.Grouping, GroupNone)
+	if p.Grouping != GroupNone && p.Grouping != GroupTransaction {
+		return fmt.Errorf("%w: grouping must be none or transaction, got %q", ErrInvalidPool, p.Grouping)
+	}
 	if p.From.kind == "after" && p.From.after < 0 {
 		return fmt.Errorf("%w: start sequence must be >= 0, got %d", ErrInvalidPool, p.From.after)
 	}
@@ -237,7 +294,7 @@ func CreatePool(ctx context.Context, db DB, params PoolParams) (*Pool, bool, err
 			}
 		}
 		rows, err := tx.Query(ctx, sqlPoolInsert, params.Name, params.Queue, params.EventTypes, params.Tags,
-			params.MaxAttempts, params.Priority, startAfter)
+			params.MaxAttempts, params.Priority, startAfter, params.Ordering, params.OnDeadLetter, params.Grouping)
 		if err != nil {
 			return err
 		}
@@ -258,11 +315,12 @@ func CreatePool(ctx context.Context, db DB, params PoolParams) (*Pool, bool, err
 			return nil
 		}
 		if !params.Update {
-			return fmt.Errorf("%w: pool %q has queue=%s types=%v tags=%v max_attempts=%d priority=%d; pass Update (--update) to change them",
-				ErrPoolExists, existing.Name, existing.Queue, existing.EventTypes, existing.Tags, existing.MaxAttempts, existing.Priority)
+			return fmt.Errorf("%w: pool %q has queue=%s types=%v tags=%v max_attempts=%d priority=%d ordering=%s on_dead_letter=%s grouping=%s; pass Update (--update) to change them",
+				ErrPoolExists, existing.Name, existing.Queue, existing.EventTypes, existing.Tags, existing.MaxAttempts, existing.Priority,
+				existing.Ordering, existing.OnDeadLetter, existing.Grouping)
 		}
 		pool, err = collectOne(tx.Query(ctx, sqlPoolUpdate, params.Name, params.Queue, params.EventTypes, params.Tags,
-			params.MaxAttempts, params.Priority))
+			params.MaxAttempts, params.Priority, params.Ordering, params.OnDeadLetter, params.Grouping))
 		return err
 	})
 	if err != nil {
@@ -273,7 +331,8 @@ func CreatePool(ctx context.Context, db DB, params PoolParams) (*Pool, bool, err
 
 func sameSettings(p *Pool, params *PoolParams) bool {
 	return p.Queue == params.Queue && slices.Equal(p.EventTypes, params.EventTypes) &&
-		slices.Equal(p.Tags, params.Tags) && p.MaxAttempts == params.MaxAttempts && p.Priority == params.Priority
+		slices.Equal(p.Tags, params.Tags) && p.MaxAttempts == params.MaxAttempts && p.Priority == params.Priority &&
+		p.Ordering == params.Ordering && p.OnDeadLetter == params.OnDeadLetter && p.Grouping == params.Grouping
 }
 
 // GetPool returns one pool, or an error wrapping ErrUnknownPool that lists
@@ -348,6 +407,7 @@ func scanPool(row pgx.CollectableRow) (*Pool, error) {
 	var p Pool
 	var maxAttempts, priority int16
 	err := row.Scan(&p.Name, &p.Queue, &p.EventTypes, &p.Tags, &maxAttempts, &priority, &p.StartAfter, &p.Status,
+		&p.Ordering, &p.OnDeadLetter, &p.Grouping,
 		&p.Cursor, &p.Checkpoint, &p.EventsFannedOut, &p.LateEventsDelivered, &p.CreatedAt, &p.UpdatedAt)
 	p.MaxAttempts, p.Priority = int(maxAttempts), int(priority)
 	return &p, err

@@ -3,14 +3,16 @@ package fanout
 // All SQL of the fanout package. Identifiers are never built from input.
 
 const poolColumns = `name, queue, event_types, tags, max_attempts, priority, start_after, status,
+	ordering, on_dead_letter, grouping,
 	cursor_seq, coalesce((SELECT c.checkpoint_seq FROM riverbus_pool_checkpoint c WHERE c.pool = name), start_after),
 	events_fanned_out, late_events_delivered, created_at, updated_at`
 
 const (
 	sqlLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
 
-	sqlPoolInsert = `INSERT INTO riverbus_pool (name, queue, event_types, tags, max_attempts, priority, start_after, cursor_seq)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+	sqlPoolInsert = `INSERT INTO riverbus_pool (name, queue, event_types, tags, max_attempts, priority, start_after, cursor_seq,
+	ordering, on_dead_letter, grouping)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)
 ON CONFLICT (name) DO NOTHING
 RETURNING ` + poolColumns
 
@@ -18,7 +20,8 @@ RETURNING ` + poolColumns
 	sqlPoolGetForUpdate = sqlPoolGet + ` FOR NO KEY UPDATE`
 	sqlPoolList         = `SELECT ` + poolColumns + ` FROM riverbus_pool ORDER BY name`
 
-	sqlPoolUpdate = `UPDATE riverbus_pool SET queue = $2, event_types = $3, tags = $4, max_attempts = $5, priority = $6, updated_at = now()
+	sqlPoolUpdate = `UPDATE riverbus_pool SET queue = $2, event_types = $3, tags = $4, max_attempts = $5, priority = $6,
+	ordering = $7, on_dead_letter = $8, grouping = $9, updated_at = now()
 WHERE name = $1 RETURNING ` + poolColumns
 
 	sqlPoolSetStatus = `UPDATE riverbus_pool SET status = $2, updated_at = now() WHERE name = $1 RETURNING ` + poolColumns
@@ -120,12 +123,14 @@ FROM riverbus_horizon`
 
 // Fan-out.
 const (
-	sqlPoolLock = `SELECT queue, event_types, tags, max_attempts, priority, start_after, cursor_seq
+	sqlPoolLock = `SELECT queue, event_types, tags, max_attempts, priority, start_after, cursor_seq,
+	ordering, on_dead_letter, grouping
 FROM riverbus_pool WHERE name = $1 AND status = 'active' FOR NO KEY UPDATE SKIP LOCKED`
 
 	sqlHorizonAndSkipped = `SELECT horizon, EXISTS (SELECT 1 FROM riverbus_skipped) FROM riverbus_horizon`
 
-	eventColumns = `e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at`
+	eventColumns = `e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at,
+	e.transaction_id::text`
 
 	// Two forms so the type filter can use the (type, global_sequence)
 	// index.
@@ -156,6 +161,44 @@ ORDER BY s.sequence`
 
 	sqlPoolLateRecord = `INSERT INTO riverbus_pool_late (pool, sequence)
 SELECT $1, s FROM unnest($2::bigint[]) AS s ON CONFLICT DO NOTHING`
+
+	// Every matching event of the given transactions, for grouped pools.
+	sqlTransactionEvents = `SELECT ` + eventColumns + ` FROM riverbus_event e
+WHERE e.transaction_id = ANY($1::text[]::xid8[]) AND e.tags @> $2
+ORDER BY e.global_sequence`
+
+	sqlTransactionEventsOfTypes = `SELECT ` + eventColumns + ` FROM riverbus_event e
+WHERE e.transaction_id = ANY($1::text[]::xid8[]) AND e.tags @> $2 AND e.type = ANY($3)
+ORDER BY e.global_sequence`
+
+	// Exclusive locks on the buckets of a batch's lanes, all or none
+	// (try-locks: the batch never waits while holding one).
+	sqlLaneTryLock = `SELECT coalesce(bool_and(pg_try_advisory_xact_lock(riverbus_lane_lock_class($1), b)), true)
+FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l) s`
+
+	// Lanes with a job in flight (anything unfinished but pending), or,
+	// when the pool blocks on dead letters, with a dead letter.
+	sqlBusyLanes = `SELECT DISTINCT metadata->>'riverbus_lane' FROM river_job
+WHERE kind = $1 AND metadata ? 'riverbus_lane' AND metadata->>'riverbus_lane' = ANY($2)
+	AND state NOT IN ('cancelled', 'completed', 'discarded') AND state <> 'pending'
+UNION
+SELECT lane FROM riverbus_dead_letter WHERE $3 AND pool = $1 AND lane = ANY($2)`
+
+	// Retries of ordered pools' jobs that are due: River's scheduler makes
+	// them available only every 5 s, while the job holds its whole key.
+	sqlPromoteLaneRetries = `WITH due AS (
+	UPDATE river_job SET state = 'available'
+	WHERE metadata ? 'riverbus_lane' AND state NOT IN ('cancelled', 'completed', 'discarded')
+		AND state IN ('retryable', 'scheduled') AND scheduled_at <= now()
+	RETURNING queue
+)
+SELECT count(*), count(pg_notify(current_schema() || '.river_insert', json_build_object('queue', q)::text))
+FROM (SELECT DISTINCT queue AS q FROM due) s`
+
+	sqlReleaseStuckLanes = `SELECT count(riverbus_release_lane(kind, lane)) FROM (
+	SELECT DISTINCT kind, metadata->>'riverbus_lane' AS lane FROM river_job
+	WHERE metadata ? 'riverbus_lane' AND state NOT IN ('cancelled', 'completed', 'discarded') AND state = 'pending'
+) s`
 
 	sqlPoolAdvance = `UPDATE riverbus_pool SET cursor_seq = $2, events_fanned_out = events_fanned_out + $3,
 	late_events_delivered = late_events_delivered + $4, updated_at = now() WHERE name = $1`

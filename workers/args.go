@@ -30,6 +30,28 @@ type Args struct {
 	Late bool `json:"late,omitempty"`
 }
 
+// GroupArgs is what the args of a transaction-grouped pool's jobs contain
+// (a pool created with --group transaction): every event that one
+// application transaction appended and that matches the pool's filter — with
+// one key, when the pool is key-ordered — in sequence order, however many
+// there are. Embed it like Args:
+//
+//	type LedgerArgs struct{ workers.GroupArgs }
+//
+//	func (LedgerArgs) Kind() string { return "ledger" }
+type GroupArgs struct {
+	// GlobalSequence is the first event's sequence.
+	GlobalSequence int64 `json:"global_sequence"`
+	// TransactionID is the appending transaction's id (xid8, as text).
+	TransactionID string `json:"transaction_id"`
+	// Key is the first event's key (every event's, in a key-ordered pool).
+	Key    string         `json:"key"`
+	Events []outbox.Event `json:"events"`
+	// Late is true when the transaction committed after the horizon had
+	// skipped its first sequence on the gap timeout.
+	Late bool `json:"late,omitempty"`
+}
+
 // DecodeError is returned by Decode and DecodeStrict when an event's data
 // does not fit the target type. It is a plain error on purpose: a worker that
 // returns it has its job retried and, after the last attempt, discarded, so

@@ -154,5 +154,7 @@ func ClientConfig(opts ClientOpts) (*river.Config, error) {
 			cfg.Queues[queue] = river.QueueConfig{MaxWorkers: n}
 		}
 	}
+	// Ordered pools hand a key to its next job as soon as a job succeeds.
+	cfg.Middleware = append(cfg.Middleware, &LaneHandoff{})
 	return cfg, nil
 }

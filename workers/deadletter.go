@@ -297,6 +297,26 @@ func retry(ctx context.Context, tx pgx.Tx, lockQuery string, arg any) ([]DeadLet
 	if _, err := tx.Exec(ctx, sqlDeadLetterDeleteMany, ids); err != nil {
 		return nil, fmt.Errorf("delete dead letters: %w", err)
 	}
+	// Jobs of ordered pools go back in line in their lane.
+	retried := make([]int64, 0, len(out))
+	for _, r := range out {
+		if r.Action != RetryAlreadyRetried {
+			retried = append(retried, r.JobID)
+		}
+	}
+	rows, err = tx.Query(ctx, sqlLanePark, retried)
+	if err != nil {
+		return nil, fmt.Errorf("park ordered jobs: %w", err)
+	}
+	kinds, lanes, err := collectLanes(rows)
+	if err != nil {
+		return nil, fmt.Errorf("park ordered jobs: %w", err)
+	}
+	if len(kinds) > 0 {
+		if _, err := tx.Exec(ctx, sqlLaneRelease, kinds, lanes); err != nil {
+			return nil, fmt.Errorf("release ordered lanes: %w", err)
+		}
+	}
 	if len(queues) > 0 {
 		slices.Sort(queues)
 		if _, err := tx.Exec(ctx, sqlNotifyInsert, slices.Compact(queues)); err != nil {
@@ -310,8 +330,8 @@ func retry(ctx context.Context, tx pgx.Tx, lockQuery string, arg any) ([]DeadLet
 // and, if it is still there and discarded, its river_job row. A job id that
 // is not a dead letter gives ErrNotFound.
 func PurgeDeadLetter(ctx context.Context, db DB, jobID int64) error {
-	var n int64
-	if err := db.QueryRow(ctx, sqlDeadLetterPurgeOne, jobID).Scan(&n); err != nil {
+	n, err := purge(ctx, db, sqlDeadLetterPurgeOne, jobID)
+	if err != nil {
 		return fmt.Errorf("purge dead letter %d: %w", jobID, err)
 	}
 	if n == 0 {
@@ -320,12 +340,53 @@ func PurgeDeadLetter(ctx context.Context, db DB, jobID int64) error {
 	return nil
 }
 
+// purge runs a purge query and releases the ordered lanes the purged dead
+// letters held (a pool that blocks on dead letters waits for this).
+func purge(ctx context.Context, db DB, query string, arg any) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, query, arg)
+		if err != nil {
+			return err
+		}
+		var kinds, lanes []string
+		var kind string
+		var lane *string
+		_, err = pgx.ForEachRow(rows, []any{&kind, &lane}, func() error {
+			n++
+			if lane != nil {
+				kinds, lanes = append(kinds, kind), append(lanes, *lane)
+			}
+			return nil
+		})
+		if err != nil || len(kinds) == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, sqlLaneRelease, kinds, lanes)
+		return err
+	})
+	return n, err
+}
+
+func collectLanes(rows pgx.Rows) (kinds, lanes []string, err error) {
+	seen := map[[2]string]bool{}
+	var kind, lane string
+	_, err = pgx.ForEachRow(rows, []any{&kind, &lane}, func() error {
+		if k := [2]string{kind, lane}; !seen[k] {
+			seen[k] = true
+			kinds, lanes = append(kinds, kind), append(lanes, lane)
+		}
+		return nil
+	})
+	return kinds, lanes, err
+}
+
 // PurgeDeadLetters purges every dead letter of pool as PurgeDeadLetter does
 // and returns how many there were.
 func PurgeDeadLetters(ctx context.Context, db DB, pool string) (int, error) {
-	var n int64
-	if err := db.QueryRow(ctx, sqlDeadLetterPurgePool, pool).Scan(&n); err != nil {
+	n, err := purge(ctx, db, sqlDeadLetterPurgePool, pool)
+	if err != nil {
 		return 0, fmt.Errorf("purge dead letters of pool %q: %w", pool, err)
 	}
-	return int(n), nil
+	return n, nil
 }

@@ -52,12 +52,21 @@ RETURNING j.id`
 	// priority the dead letter kept. The new job's metadata names the job it
 	// replaces.
 	sqlJobReinsert = `INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, state, scheduled_at)
-SELECT d.args, d.pool, d.max_attempts, jsonb_build_object('riverbus_retry_of', d.job_id), d.priority, d.queue,
+SELECT d.args, d.pool, d.max_attempts, d.metadata || jsonb_build_object('riverbus_retry_of', d.job_id), d.priority, d.queue,
 	'available', now() + u.rank * interval '1 microsecond'
 FROM unnest($1::bigint[], $2::int[]) AS u(id, rank)
 JOIN riverbus_dead_letter d ON d.job_id = u.id
 ORDER BY u.rank
 RETURNING id, (metadata->>'riverbus_retry_of')::bigint`
+
+	// sqlLanePark puts retried jobs of ordered pools back in line: pending,
+	// so that sqlLaneRelease lets each lane's lowest one run once the lane
+	// is free, and the lane's order holds through the retry.
+	sqlLanePark = `UPDATE river_job SET state = 'pending'
+WHERE id = ANY($1::bigint[]) AND metadata ? 'riverbus_lane' AND state = 'available'
+RETURNING kind, metadata->>'riverbus_lane'`
+
+	sqlLaneRelease = `SELECT riverbus_release_lane(k, l) FROM unnest($1::text[], $2::text[]) AS u(k, l)`
 
 	sqlDeadLetterDeleteMany = `DELETE FROM riverbus_dead_letter WHERE job_id = ANY($1::bigint[])`
 
@@ -72,17 +81,19 @@ FROM unnest($1::text[]) AS q`
 	// their river_job rows that are still discarded (a data-modifying WITH
 	// runs whether or not it is referenced), and count the dead letters
 	// deleted.
+	// They return the pool and lane of each dead letter deleted, so lanes
+	// that a dead letter blocked can be released.
 	sqlDeadLetterPurgeOne = `WITH dl AS (
-	DELETE FROM riverbus_dead_letter WHERE job_id = $1 RETURNING job_id
+	DELETE FROM riverbus_dead_letter WHERE job_id = $1 RETURNING job_id, pool, lane
 ), jobs AS (
 	DELETE FROM river_job j USING dl WHERE j.id = dl.job_id AND j.state = 'discarded' RETURNING j.id
 )
-SELECT count(*) FROM dl`
+SELECT pool, lane FROM dl`
 
 	sqlDeadLetterPurgePool = `WITH dl AS (
-	DELETE FROM riverbus_dead_letter WHERE pool = $1 RETURNING job_id
+	DELETE FROM riverbus_dead_letter WHERE pool = $1 RETURNING job_id, pool, lane
 ), jobs AS (
 	DELETE FROM river_job j USING dl WHERE j.id = dl.job_id AND j.state = 'discarded' RETURNING j.id
 )
-SELECT count(*) FROM dl`
+SELECT pool, lane FROM dl`
 )

@@ -2,12 +2,16 @@
 // it works one pool's jobs with a River client configured by
 // workers.ClientConfig and records what it did in tables the tests read.
 //
-//	testworker -pool NAME -mode record|projection [-fail-first-attempt-every N]
+//	testworker -pool NAME -mode record|projection|ordered [-fail-first-attempt-every N]
 //
 // record: each attempt is a row in it_attempt (sequence, job, attempt,
 // worker); an event whose data has "fail": true fails every attempt; with
 // -fail-first-attempt-every N, an event whose sequence is a multiple of N
 // fails its first attempt.
+//
+// ordered: each attempt sleeps up to -max-delay, fails with probability
+// -fail-rate, and is recorded in it_run with its start and end times and
+// whether it succeeded.
 //
 // projection: the exactly-once helper adds one to it_projection for the
 // event's key and records the sequence in it_applied, in the transaction
@@ -21,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"syscall"
@@ -39,6 +44,8 @@ var (
 	poolName  string
 	mode      string
 	failEvery int64
+	failRate  float64
+	maxDelay  time.Duration
 	workerID  string
 	db        *pgxpool.Pool
 )
@@ -59,6 +66,20 @@ func (w *worker) NextRetry(*river.Job[args]) time.Time { return time.Now().Add(5
 
 func (w *worker) Work(ctx context.Context, job *river.Job[args]) error {
 	switch mode {
+	case "ordered":
+		started := time.Now()
+		if maxDelay > 0 {
+			time.Sleep(time.Duration(rand.Int64N(int64(maxDelay))))
+		}
+		failed := rand.Float64() < failRate
+		if _, err := db.Exec(ctx, `INSERT INTO it_run (sequence, key, attempt, worker, started_at, finished_at, ok) VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6)`,
+			job.Args.GlobalSequence, job.Args.Key, job.Attempt, workerID, started, !failed); err != nil {
+			return err
+		}
+		if failed {
+			return errors.New("testworker: transient failure")
+		}
+		return nil
 	case "projection":
 		return workers.RunExactlyOnce(ctx, db, job, func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO it_projection (key, events) VALUES ($1, 1)
@@ -92,13 +113,17 @@ const schema = `
 CREATE TABLE IF NOT EXISTS it_attempt (sequence bigint NOT NULL, job_id bigint NOT NULL, attempt int NOT NULL,
 	worker text NOT NULL, late boolean NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS it_projection (key text PRIMARY KEY, events bigint NOT NULL);
-CREATE TABLE IF NOT EXISTS it_applied (sequence bigint PRIMARY KEY, times int NOT NULL);`
+CREATE TABLE IF NOT EXISTS it_applied (sequence bigint PRIMARY KEY, times int NOT NULL);
+CREATE TABLE IF NOT EXISTS it_run (sequence bigint NOT NULL, key text NOT NULL, attempt int NOT NULL, worker text NOT NULL,
+	started_at timestamptz NOT NULL, finished_at timestamptz NOT NULL, ok boolean NOT NULL);`
 
 func main() {
 	flag.StringVar(&poolName, "pool", "", "pool to work")
 	flag.StringVar(&mode, "mode", "record", "record or projection")
 	flag.Int64Var(&failEvery, "fail-first-attempt-every", 0, "fail the first attempt of sequences that are multiples of this")
 	flag.StringVar(&workerID, "id", fmt.Sprint(os.Getpid()), "worker id recorded with each attempt")
+	flag.Float64Var(&failRate, "fail-rate", 0, "ordered mode: share of attempts that fail")
+	flag.DurationVar(&maxDelay, "max-delay", 0, "ordered mode: longest an attempt sleeps")
 	concurrency := flag.Int("concurrency", 10, "jobs worked at once")
 	flag.Parse()
 	if poolName == "" {

@@ -162,3 +162,24 @@ func TestNoDatabaseConfigured(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "no database: set DATABASE_URL")
 }
+
+func TestPoolOrderingFlags(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	r := ok(t, run(t, dbURL, "pool", "create", "accounts", "--ordering", "key", "--on-dead-letter", "block"))
+	require.Contains(t, r.stdout, "created pool accounts")
+	ok(t, run(t, dbURL, "pool", "create", "ledger", "--group", "transaction", "--ordering", "global"))
+	r = ok(t, run(t, dbURL, "pool", "list"))
+	require.Contains(t, r.stdout, "key/block")
+	require.Contains(t, r.stdout, "global/release")
+	require.Contains(t, r.stdout, "transaction")
+	r = ok(t, run(t, dbURL, "pool", "update", "accounts", "--on-dead-letter", "release"))
+	require.Contains(t, r.stdout, "ordering=key on_dead_letter=release")
+
+	r = run(t, dbURL, "pool", "create", "bad", "--ordering", "sideways")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `ordering must be none, key or global, got "sideways"`)
+	r = run(t, dbURL, "pool", "create", "bad", "--group", "batch")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `grouping must be none or transaction, got "batch"`)
+}

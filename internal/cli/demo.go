@@ -30,6 +30,10 @@ type notifyArgs struct{ workers.Args }
 
 func (notifyArgs) Kind() string { return "notifications" }
 
+type accountsArgs struct{ workers.Args }
+
+func (accountsArgs) Kind() string { return "accounts" }
+
 type auditArgs struct{ workers.Args }
 
 func (auditArgs) Kind() string { return "audit" }
@@ -38,6 +42,40 @@ var demoPools = []fanout.PoolParams{
 	{Name: "billing", EventTypes: []string{"invoice.created", "invoice.paid"}, MaxAttempts: 5},
 	{Name: "notifications", MaxAttempts: 3},
 	{Name: "audit", MaxAttempts: 10},
+	{Name: "accounts", Ordering: fanout.OrderingKey, MaxAttempts: 10},
+}
+
+// accountsWorker keeps, per customer, the last sequence it applied, in
+// the key-ordered pool "accounts": it fails loudly (and the job shows the
+// error in River UI) if an event ever arrives out of order. It also fails
+// now and then, to show that a retry holds the customer's later events.
+type accountsWorker struct {
+	river.WorkerDefaults[accountsArgs]
+	db *pgxpool.Pool
+}
+
+func (w *accountsWorker) NextRetry(*river.Job[accountsArgs]) time.Time {
+	return time.Now().Add(time.Second)
+}
+
+func (w *accountsWorker) Work(ctx context.Context, job *river.Job[accountsArgs]) error {
+	if rand.IntN(20) == 0 {
+		return errors.New("demo: the ledger service timed out (this worker fails one time in twenty)")
+	}
+	return workers.RunExactlyOnce(ctx, w.db, job, func(ctx context.Context, tx pgx.Tx) error {
+		var last int64
+		err := tx.QueryRow(ctx, `INSERT INTO riverbus_demo_accounts (key, last_sequence, events) VALUES ($1, $2, 1)
+			ON CONFLICT (key) DO UPDATE SET last_sequence = EXCLUDED.last_sequence, events = riverbus_demo_accounts.events + 1
+			RETURNING coalesce((SELECT last_sequence FROM riverbus_demo_accounts WHERE key = $1), 0)`,
+			job.Args.Key, job.Args.GlobalSequence).Scan(&last) // the subquery sees the row as it was before
+		if err != nil {
+			return err
+		}
+		if last > job.Args.GlobalSequence {
+			return fmt.Errorf("demo: %s's event %d arrived after %d: out of order", job.Args.Key, job.Args.GlobalSequence, last)
+		}
+		return nil
+	})
 }
 
 type billingWorker struct {
@@ -98,13 +136,15 @@ func setUpDemo(ctx context.Context, db *pgxpool.Pool, logger *slog.Logger) (*riv
 			return nil, err
 		}
 	}
-	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS riverbus_demo_audit (key text PRIMARY KEY, events bigint NOT NULL)`); err != nil {
+	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS riverbus_demo_audit (key text PRIMARY KEY, events bigint NOT NULL);
+		CREATE TABLE IF NOT EXISTS riverbus_demo_accounts (key text PRIMARY KEY, last_sequence bigint NOT NULL, events bigint NOT NULL)`); err != nil {
 		return nil, fmt.Errorf("create demo projection: %w", err)
 	}
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &billingWorker{})
 	river.AddWorker(ws, &notifyWorker{})
 	river.AddWorker(ws, &auditWorker{db: db})
+	river.AddWorker(ws, &accountsWorker{db: db})
 	queues := map[string]int{}
 	for _, p := range demoPools {
 		queues[fanout.DefaultQueue(p.Name)] = 20

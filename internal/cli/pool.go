@@ -29,13 +29,16 @@ share the pool's work.`,
 func (a *app) poolCreateCommand(update bool) *cobra.Command {
 	var (
 		types, tags, queue, from string
+		ordering, onDead, group  string
 		maxAttempts, priority    int
 		allowUpdate              bool
 	)
 	use, short := "create NAME", "Create a pool (a no-op when it exists with the same settings)"
 	example := `  riverbus pool create billing --types invoice.created,invoice.paid --max-attempts 10
   riverbus pool create eu-audit --tags region=eu --from now
-  riverbus pool create rebuild --from 0`
+  riverbus pool create rebuild --from 0
+  riverbus pool create accounts --ordering key --on-dead-letter block
+  riverbus pool create ledger --group transaction`
 	if update {
 		use, short = "update NAME", "Change a pool's queue, filters, attempts or priority"
 		example = `  riverbus pool update billing --types invoice.created --max-attempts 5`
@@ -58,6 +61,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 			params := fanout.PoolParams{
 				Name: args[0], Queue: queue, EventTypes: splitList(types), Tags: splitList(tags),
 				MaxAttempts: maxAttempts, Priority: priority, From: pos, Update: update || allowUpdate,
+				Ordering: ordering, OnDeadLetter: onDead, Grouping: group,
 			}
 			if update {
 				// Unset flags keep the pool's current values.
@@ -81,6 +85,15 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 				if !f.Changed("priority") {
 					params.Priority = cur.Priority
 				}
+				if !f.Changed("ordering") {
+					params.Ordering = cur.Ordering
+				}
+				if !f.Changed("on-dead-letter") {
+					params.OnDeadLetter = cur.OnDeadLetter
+				}
+				if !f.Changed("group") {
+					params.Grouping = cur.Grouping
+				}
 			}
 			p, created, err := fanout.CreatePool(cmd.Context(), db, params)
 			if err != nil {
@@ -90,8 +103,8 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 			case created:
 				fmt.Fprintf(a.stdout, "created pool %s (queue %s, starts after sequence %d)\n", p.Name, p.Queue, p.StartAfter)
 			case update || allowUpdate:
-				fmt.Fprintf(a.stdout, "pool %s: queue=%s types=%s tags=%s max_attempts=%d priority=%d\n", p.Name, p.Queue,
-					listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts, p.Priority)
+				fmt.Fprintf(a.stdout, "pool %s: queue=%s types=%s tags=%s max_attempts=%d priority=%d ordering=%s on_dead_letter=%s group=%s\n",
+					p.Name, p.Queue, listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts, p.Priority, p.Ordering, p.OnDeadLetter, p.Grouping)
 			default:
 				fmt.Fprintf(a.stdout, "pool %s exists with these settings; nothing to do\n", p.Name)
 			}
@@ -104,6 +117,9 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 	f.StringVar(&queue, "queue", "", "River queue of the pool's jobs (default: derived from the name)")
 	f.IntVar(&maxAttempts, "max-attempts", 0, fmt.Sprintf("attempts per job before it becomes a dead letter (default %d)", fanout.MaxAttemptsDefault))
 	f.IntVar(&priority, "priority", 0, "River priority of the pool's jobs, 1 (highest) to 4 (default 1)")
+	f.StringVar(&ordering, "ordering", "", "none (default), key (one job per event key at a time, in sequence order), or global (one job at a time)")
+	f.StringVar(&onDead, "on-dead-letter", "", "in an ordered pool, what a dead letter does to its key: release (default: the key goes on) or block (the key waits for dlq retry or purge)")
+	f.StringVar(&group, "group", "", "none (default: one job per event) or transaction (one job per appending transaction, with all its events)")
 	if !update {
 		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning, now, or a sequence number (delivers events after it)")
 		f.BoolVar(&allowUpdate, "update", false, "change the settings of an existing pool instead of failing")
@@ -144,10 +160,10 @@ func (a *app) poolListCommand() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "POOL\tSTATUS\tQUEUE\tCURSOR\tCHECKPOINT\tTYPES\tTAGS\tMAX ATTEMPTS")
+			fmt.Fprintln(w, "POOL\tSTATUS\tQUEUE\tORDERING\tGROUP\tCURSOR\tCHECKPOINT\tTYPES\tTAGS\tMAX ATTEMPTS")
 			for _, p := range pools {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\n", p.Name, p.Status, p.Queue, p.Cursor, p.Checkpoint,
-					listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\n", p.Name, p.Status, p.Queue, orderingLabel(p), p.Grouping,
+					p.Cursor, p.Checkpoint, listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts)
 			}
 			return w.Flush()
 		},
@@ -263,4 +279,13 @@ func writeJSON(w interface{ Write([]byte) (int, error) }, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// orderingLabel is the ordering with its dead-letter policy when it
+// matters: "key/block".
+func orderingLabel(p *fanout.Pool) string {
+	if p.Ordering == fanout.OrderingNone {
+		return p.Ordering
+	}
+	return p.Ordering + "/" + p.OnDeadLetter
 }

@@ -32,6 +32,8 @@ type statusReport struct {
 type poolReport struct {
 	Name            string           `json:"name"`
 	Status          string           `json:"status"`
+	Ordering        string           `json:"ordering"`
+	Grouping        string           `json:"grouping"`
 	Queue           string           `json:"queue"`
 	StartAfter      int64            `json:"start_after"`
 	Cursor          int64            `json:"cursor"`
@@ -74,7 +76,7 @@ func loadStatus(ctx context.Context, db *pgxpool.Pool) (*statusReport, error) {
 	}
 	byName := map[string]*poolReport{}
 	for _, p := range pools {
-		pr := &poolReport{Name: p.Name, Status: p.Status, Queue: p.Queue, StartAfter: p.StartAfter, Cursor: p.Cursor,
+		pr := &poolReport{Name: p.Name, Status: p.Status, Queue: p.Queue, Ordering: orderingLabel(p), Grouping: p.Grouping, StartAfter: p.StartAfter, Cursor: p.Cursor,
 			Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint), FannedOut: p.EventsFannedOut,
 			LateDelivered: p.LateEventsDelivered, Jobs: map[string]int64{}}
 		r.Pools = append(r.Pools, pr)
@@ -154,9 +156,9 @@ func (r *statusReport) render(w io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POOL\tSTATUS\tCURSOR\tCHECKPOINT\tLAG\tJOBS\tDEAD\tDONE/MIN\tLAST ERROR")
+	fmt.Fprintln(tw, "POOL\tSTATUS\tORDERING\tCURSOR\tCHECKPOINT\tLAG\tJOBS\tDEAD\tDONE/MIN\tLAST ERROR")
 	for _, p := range r.Pools {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", p.Name, p.Status, p.Cursor, p.Checkpoint, p.Lag,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", p.Name, p.Status, p.Ordering, p.Cursor, p.Checkpoint, p.Lag,
 			jobsSummary(p.Jobs), p.DeadLetters, p.CompletedPerMin, truncate(p.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {

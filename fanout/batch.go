@@ -1,0 +1,407 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/riverbus/riverbus/outbox"
+)
+
+// jobArgs is what a pool job carries: the event envelope, flagged late when
+// it committed after its gap timed out. workers.Args decodes it.
+type jobArgs struct {
+	kind string
+	outbox.Event
+	Late bool `json:"late,omitempty"`
+}
+
+func (a jobArgs) Kind() string { return a.kind }
+
+// groupArgs is the job of a transaction-grouped pool: every matching event
+// one application transaction appended (with one key, in a key-ordered
+// pool), in sequence order. workers.GroupArgs decodes it.
+type groupArgs struct {
+	kind           string
+	GlobalSequence int64          `json:"global_sequence"` // the first event's
+	TransactionID  string         `json:"transaction_id"`
+	Key            string         `json:"key"`
+	Events         []outbox.Event `json:"events"`
+	Late           bool           `json:"late,omitempty"`
+}
+
+func (a groupArgs) Kind() string { return a.kind }
+
+type lockedPool struct {
+	name         string
+	queue        string
+	eventTypes   []string
+	tags         []string
+	maxAttempts  int16
+	priority     int16
+	startAfter   int64
+	cursor       int64
+	ordering     string
+	onDeadLetter string
+	grouping     string
+}
+
+// event is an event as the fan-out reads it: the envelope and its writer's
+// transaction id.
+type event struct {
+	outbox.Event
+	txid string
+}
+
+// unit is one job to insert: one event, or one transaction's group.
+type unit struct {
+	args  river.JobArgs
+	first int64 // global sequence of its (first) event
+	lane  string
+	late  bool
+}
+
+// laneLockAttempts bounds how long a batch tries for its lanes' locks
+// before giving the pool up until the next pass.
+const laneLockAttempts = 200
+
+var errLanesBusy = errors.New("lanes busy: releases in progress")
+
+// FanOutPool runs one batch for pool name in one transaction: lock the pool
+// row (skipping it when another instance has it), turn the events in
+// (cursor, horizon] into jobs, deliver late events, move the cursor, commit.
+// full reports that the batch was full, so more may be waiting.
+func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool, error) {
+	res := BatchResult{Pool: name}
+	full := false
+	err := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
+		p := lockedPool{name: name}
+		err := tx.QueryRow(ctx, sqlPoolLock, name).Scan(&p.queue, &p.eventTypes, &p.tags, &p.maxAttempts,
+			&p.priority, &p.startAfter, &p.cursor, &p.ordering, &p.onDeadLetter, &p.grouping)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // paused, deleted, or another instance has it now
+		}
+		if err != nil {
+			return fmt.Errorf("lock pool: %w", err)
+		}
+		var horizon int64
+		var anySkipped bool
+		if err := tx.QueryRow(ctx, sqlHorizonAndSkipped).Scan(&horizon, &anySkipped); err != nil {
+			return fmt.Errorf("read horizon: %w", err)
+		}
+
+		var units []unit
+		newCursor := p.cursor
+		lateCount := 0
+		if anySkipped && p.cursor > p.startAfter {
+			rows, err := tx.Query(ctx, sqlLateEvents, name, p.cursor, p.startAfter)
+			if err != nil {
+				return fmt.Errorf("read late events: %w", err)
+			}
+			late, err := pgx.CollectRows(rows, scanEvent)
+			if err != nil {
+				return fmt.Errorf("read late events: %w", err)
+			}
+			if len(late) > 0 {
+				seqs := make([]int64, len(late))
+				var matching []event
+				for i, e := range late {
+					seqs[i] = e.GlobalSequence
+					if p.matches(e.Event) {
+						matching = append(matching, e)
+					}
+				}
+				if _, err := tx.Exec(ctx, sqlPoolLateRecord, name, seqs); err != nil {
+					return fmt.Errorf("record late events: %w", err)
+				}
+				lateUnits, err := f.units(ctx, tx, &p, matching, true, 0)
+				if err != nil {
+					return err
+				}
+				units = append(units, lateUnits...)
+				lateCount = len(matching)
+			}
+		}
+		if horizon > p.cursor {
+			var rows pgx.Rows
+			if len(p.eventTypes) > 0 {
+				rows, err = tx.Query(ctx, sqlEventsOfTypes, p.cursor, horizon, p.tags, f.cfg.BatchSize, p.eventTypes)
+			} else {
+				rows, err = tx.Query(ctx, sqlEventsAll, p.cursor, horizon, p.tags, f.cfg.BatchSize)
+			}
+			if err != nil {
+				return fmt.Errorf("read events: %w", err)
+			}
+			events, err := pgx.CollectRows(rows, scanEvent)
+			if err != nil {
+				return fmt.Errorf("read events: %w", err)
+			}
+			full = len(events) == f.cfg.BatchSize
+			newCursor = horizon
+			if full {
+				newCursor = events[len(events)-1].GlobalSequence
+			}
+			normal, err := f.units(ctx, tx, &p, events, false, p.cursor)
+			if err != nil {
+				return err
+			}
+			units = append(units, normal...)
+			if anySkipped {
+				if _, err := tx.Exec(ctx, sqlPoolLateRecordRange, name, p.cursor, newCursor); err != nil {
+					return fmt.Errorf("record skipped sequences passed: %w", err)
+				}
+			}
+		}
+
+		if newCursor == p.cursor && len(units) == 0 {
+			return nil
+		}
+		if len(units) > 0 {
+			params, err := f.insertParams(ctx, tx, &p, units)
+			if err != nil {
+				return err
+			}
+			if _, err := f.river.InsertManyFastTx(ctx, tx, params); err != nil {
+				return fmt.Errorf("insert jobs: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, sqlPoolAdvance, name, newCursor, len(units), lateCount); err != nil {
+			return fmt.Errorf("advance cursor: %w", err)
+		}
+		res.Jobs, res.Late, res.Cursor = len(units), lateCount, newCursor
+		return nil
+	})
+	if errors.Is(err, errLanesBusy) {
+		return BatchResult{Pool: name}, true, nil // try again in the next pass
+	}
+	if err != nil {
+		return BatchResult{}, false, fmt.Errorf("fan out pool %q: %w", name, err)
+	}
+	if res.Jobs > 0 || res.Late > 0 {
+		f.mu.Lock()
+		f.stats.EventsFannedOut[name] += int64(res.Jobs)
+		f.stats.LateDelivered[name] += int64(res.Late)
+		f.mu.Unlock()
+		if res.Late > 0 {
+			f.logger.Warn("delivered late events", "pool", name, "count", res.Late)
+		}
+		if f.cfg.OnBatch != nil {
+			f.cfg.OnBatch(res)
+		}
+	}
+	return res, full, nil
+}
+
+// units turns matching events into jobs: one per event, or one per
+// transaction group. For a grouped pool, a group is emitted with its first
+// event (every later event of the group is skipped when the batch that
+// reads it finds the group's first event at or below cursor); late events
+// always emit their whole group.
+func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []event, late bool, cursor int64) ([]unit, error) {
+	if p.grouping != GroupTransaction {
+		out := make([]unit, len(events))
+		for i, e := range events {
+			out[i] = unit{args: jobArgs{kind: p.name, Event: e.Event, Late: late}, first: e.GlobalSequence, lane: p.lane(e.Key), late: late}
+		}
+		return out, nil
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	txids := make([]string, 0, len(events))
+	for _, e := range events {
+		txids = append(txids, e.txid)
+	}
+	slices.Sort(txids)
+	txids = slices.Compact(txids)
+	var rows pgx.Rows
+	var err error
+	if len(p.eventTypes) > 0 {
+		rows, err = tx.Query(ctx, sqlTransactionEventsOfTypes, txids, p.tags, p.eventTypes)
+	} else {
+		rows, err = tx.Query(ctx, sqlTransactionEvents, txids, p.tags)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read transaction groups: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("read transaction groups: %w", err)
+	}
+	groupKey := func(e event) string {
+		if p.ordering == OrderingKey {
+			return e.txid + "\x00" + e.Key
+		}
+		return e.txid
+	}
+	groups := map[string]*groupArgs{}
+	for _, e := range all { // in sequence order
+		k := groupKey(e)
+		g := groups[k]
+		if g == nil {
+			g = &groupArgs{kind: p.name, GlobalSequence: e.GlobalSequence, TransactionID: e.txid, Key: e.Key, Late: late}
+			groups[k] = g
+		}
+		g.Events = append(g.Events, e.Event)
+	}
+	var out []unit
+	emitted := map[string]bool{}
+	for _, e := range events {
+		k := groupKey(e)
+		g := groups[k]
+		if g == nil || emitted[k] {
+			continue
+		}
+		if !late && g.GlobalSequence <= cursor {
+			continue // emitted by an earlier batch, or by the late path
+		}
+		emitted[k] = true
+		out = append(out, unit{args: *g, first: g.GlobalSequence, lane: p.lane(g.Key), late: late})
+	}
+	return out, nil
+}
+
+// lane is the ordering lane of an event key in the pool: the key itself in a
+// key-ordered pool, one lane for a globally ordered one, none otherwise.
+func (p *lockedPool) lane(key string) string {
+	switch p.ordering {
+	case OrderingKey:
+		return key
+	case OrderingGlobal:
+		return ""
+	}
+	return ""
+}
+
+// insertParams builds the River insert parameters. For an ordered pool it
+// takes the advisory locks of the units' lanes (with try-locks, so the
+// batch never waits while holding one and cannot deadlock with a release)
+// and makes a unit pending when its lane already has a job in flight.
+func (f *Fanout) insertParams(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) ([]river.InsertManyParams, error) {
+	ordered := p.ordering == OrderingKey || p.ordering == OrderingGlobal
+	busy := map[string]bool{}
+	if ordered {
+		slices.SortStableFunc(units, func(a, b unit) int { return cmpInt64(a.first, b.first) })
+		lanes := make([]string, 0, len(units))
+		for _, u := range units {
+			lanes = append(lanes, u.lane)
+		}
+		slices.Sort(lanes)
+		lanes = slices.Compact(lanes)
+		if err := lockLanes(ctx, tx, p.name, lanes); err != nil {
+			return nil, err
+		}
+		// A new statement, after the locks: it sees every release that
+		// committed before them.
+		rows, err := tx.Query(ctx, sqlBusyLanes, p.name, lanes, p.onDeadLetter == DeadLetterBlock)
+		if err != nil {
+			return nil, fmt.Errorf("read busy lanes: %w", err)
+		}
+		held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("read busy lanes: %w", err)
+		}
+		for _, l := range held {
+			busy[l] = true
+		}
+	}
+	params := make([]river.InsertManyParams, len(units))
+	for i, u := range units {
+		opts := &river.InsertOpts{Queue: p.queue, MaxAttempts: int(p.maxAttempts), Priority: int(p.priority)}
+		if ordered {
+			meta, _ := json.Marshal(map[string]string{"riverbus_lane": u.lane})
+			opts.Metadata = meta
+			opts.Pending = busy[u.lane]
+			busy[u.lane] = true
+		}
+		params[i] = river.InsertManyParams{Args: u.args, InsertOpts: opts}
+	}
+	return params, nil
+}
+
+// lockLanes takes the exclusive advisory locks of the lanes' buckets, all or
+// none: a savepoint is rolled back (releasing the ones it got) when any is
+// held by a release in progress, and the batch tries again shortly.
+func lockLanes(ctx context.Context, tx pgx.Tx, pool string, lanes []string) error {
+	for attempt := 0; attempt < laneLockAttempts; attempt++ {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		var ok bool
+		if err := sp.QueryRow(ctx, sqlLaneTryLock, pool, lanes).Scan(&ok); err != nil {
+			return fmt.Errorf("lock lanes: %w", err)
+		}
+		if ok {
+			return sp.Commit(ctx) // RELEASE SAVEPOINT keeps the locks
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(500+rand.IntN(2000)) * time.Microsecond):
+		}
+	}
+	return errLanesBusy
+}
+
+func (p *lockedPool) matches(e outbox.Event) bool {
+	if len(p.eventTypes) > 0 && !slices.Contains(p.eventTypes, e.Type) {
+		return false
+	}
+	for _, t := range p.tags {
+		if !slices.Contains(e.Tags, t) {
+			return false
+		}
+	}
+	return true
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func scanEvent(row pgx.CollectableRow) (event, error) {
+	var e event
+	var data, metadata []byte
+	var id uuid.UUID
+	err := row.Scan(&e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt, &e.txid)
+	e.EventID = id
+	e.Data = json.RawMessage(data)
+	e.Metadata = json.RawMessage(metadata)
+	return e, err
+}
+
+// ReleaseStuckLanes makes available the next job of every ordered lane that
+// has pending jobs and none in flight: the safety net behind the release
+// trigger (for a job deleted while pending jobs of its lane were being
+// inserted, say). It returns how many jobs it released.
+//
+// It also makes available the due retries of ordered pools' jobs, which
+// River's scheduler would only pick up within 5 s, while each holds its key.
+func ReleaseStuckLanes(ctx context.Context, db DB) (int64, error) {
+	var queues, notified, n int64
+	if err := db.QueryRow(ctx, sqlPromoteLaneRetries).Scan(&queues, &notified); err != nil {
+		return 0, fmt.Errorf("promote due retries of ordered pools: %w", err)
+	}
+	if err := db.QueryRow(ctx, sqlReleaseStuckLanes).Scan(&n); err != nil {
+		return 0, fmt.Errorf("release stuck lanes: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,65 @@
+package workers
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// LaneHandoff is River worker middleware for ordered pools. When a job of
+// an ordered pool (one whose metadata names a lane) succeeds, it completes
+// the job at once in a transaction of its own, and the database trigger
+// hands the lane to the next job in that same transaction. Without it the
+// hand-off waits for River's batched completer, which records completions
+// about 100 ms later, and a key's events would run at a few per second.
+// River's completer then finds the job completed already and leaves it.
+//
+// ClientConfig installs it. Jobs of unordered pools pass through untouched.
+type LaneHandoff struct {
+	river.MiddlewareDefaults
+}
+
+type handoffArgs struct{}
+
+func (handoffArgs) Kind() string { return "" }
+
+// Work runs the job and, for a lane job that succeeded, completes it now.
+func (m *LaneHandoff) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	if err := doInner(ctx); err != nil {
+		return err
+	}
+	if !hasLane(job.Metadata) {
+		return nil
+	}
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return nil // not under a River client: River completes it as usual
+	}
+	drv := client.Driver()
+	execTx, err := drv.GetExecutor().Begin(ctx)
+	if err != nil {
+		return nil // River's completer completes it a little later
+	}
+	tx := drv.UnwrapTx(execTx)
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, &river.Job[handoffArgs]{JobRow: job}); err != nil {
+		return nil
+	}
+	_ = tx.Commit(ctx)
+	return nil
+}
+
+// hasLane reports whether job metadata names an ordering lane.
+func hasLane(metadata []byte) bool {
+	// Cheap test first: the key is in the JSON text.
+	const key = `"riverbus_lane"`
+	for i := 0; i+len(key) <= len(metadata); i++ {
+		if string(metadata[i:i+len(key)]) == key {
+			return true
+		}
+	}
+	return false
+}
