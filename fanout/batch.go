@@ -355,17 +355,7 @@ func lockLanes(ctx context.Context, tx pgx.Tx, pool string, lanes []string) erro
 	return errLanesBusy
 }
 
-func (p *lockedPool) matches(e outbox.Event) bool {
-	if len(p.eventTypes) > 0 && !slices.Contains(p.eventTypes, e.Type) {
-		return false
-	}
-	for _, t := range p.tags {
-		if !slices.Contains(e.Tags, t) {
-			return false
-		}
-	}
-	return true
-}
+func (p *lockedPool) matches(e outbox.Event) bool { return filterMatches(p.eventTypes, p.tags, e) }
 
 func cmpInt64(a, b int64) int {
 	switch {

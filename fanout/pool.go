@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riverbus/riverbus/outbox"
 )
 
 // Pool statuses.
@@ -489,4 +491,19 @@ func DeletePool(ctx context.Context, db DB, name string, force bool) error {
 		return fmt.Errorf("delete pool %q: %w", name, err)
 	}
 	return nil
+}
+
+// Matches reports whether the pool's type and tag filters let e through.
+func (p *Pool) Matches(e outbox.Event) bool { return filterMatches(p.EventTypes, p.Tags, e) }
+
+func filterMatches(types, tags []string, e outbox.Event) bool {
+	if len(types) > 0 && !slices.Contains(types, e.Type) {
+		return false
+	}
+	for _, t := range tags {
+		if !slices.Contains(e.Tags, t) {
+			return false
+		}
+	}
+	return true
 }

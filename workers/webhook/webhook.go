@@ -164,7 +164,7 @@ func newWorker(cfg Config) (*worker, error) {
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-		return nil, fmt.Errorf("URL must be an absolute http or https URL, got %q", redact(cfg.URL))
+		return nil, fmt.Errorf("URL must be an absolute http or https URL, got %q", Redact(cfg.URL))
 	}
 	timeout := cfg.Timeout
 	switch {
@@ -200,8 +200,9 @@ func newWorker(cfg Config) (*worker, error) {
 	}, nil
 }
 
-// redact hides what may be secret in a URL that failed to parse as wanted.
-func redact(raw string) string {
+// Redact returns raw with its user info and query hidden, for logs and
+// errors: they may hold credentials.
+func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable)"

@@ -1,0 +1,177 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
+	"github.com/riverbus/riverbus/workers/webhook"
+)
+
+// riverbus work --webhook as a process: signed deliveries in key order,
+// retries on 500, a dead letter after max attempts, and `dlq retry`
+// delivering it again once the endpoint is fixed.
+func TestWorkWebhookProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	db := pgtest.Connect(t, dbURL)
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "hooks", MaxAttempts: 3, Ordering: fanout.OrderingKey})
+	require.NoError(t, err)
+
+	secret := []byte("a-test-secret-of-some-length-000")
+	var (
+		mu       sync.Mutex
+		received []outbox.Event
+		failFor  = map[string]int{"poison": 1 << 30, "flaky": 2} // failures left per event type
+		badSigs  int
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify(secret, r.Header, body, time.Minute); err != nil {
+			mu.Lock()
+			badSigs++
+			mu.Unlock()
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		var e outbox.Event
+		require.NoError(t, json.Unmarshal(body, &e))
+		mu.Lock()
+		defer mu.Unlock()
+		if failFor[e.Type] > 0 {
+			failFor[e.Type]--
+			http.Error(w, "not now", http.StatusInternalServerError)
+			return
+		}
+		received = append(received, e)
+	}))
+	defer srv.Close()
+
+	fan := start(t, dbURL, "riverbus", []string{"RIVERBUS_LOG_LEVEL=warn", "RIVERBUS_POLL_INTERVAL=100ms"}, "fanout")
+	work := start(t, dbURL, "riverbus", []string{"HOOK_SECRET=" + string(secret), "RIVERBUS_LOG_LEVEL=error"},
+		"work", "--pool", "hooks", "--webhook", srv.URL+"/events", "--secret-env", "HOOK_SECRET", "--concurrency", "4")
+	work.waitOutput("delivering pool hooks", 30*time.Second)
+
+	var want []int64
+	for _, typ := range []string{"ok", "flaky", "ok", "poison", "ok"} {
+		res, err := outbox.Append(ctx, db, outbox.Event{Type: typ, Key: "k", Data: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		if typ != "poison" {
+			want = append(want, res[0].GlobalSequence)
+		}
+	}
+	eventually(t, 60*time.Second, "all but the poison event delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(received) == len(want)
+	})
+	mu.Lock()
+	var got []int64
+	for _, e := range received {
+		got = append(got, e.GlobalSequence)
+	}
+	require.Zero(t, badSigs)
+	mu.Unlock()
+	require.Equal(t, want, got, "key order held through the flaky event's retries and the dead letter (released)")
+
+	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "hooks"})
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Contains(t, dls[0].LastError, "500")
+
+	mu.Lock()
+	failFor["poison"] = 0
+	mu.Unlock()
+	r := runCLI(t, dbURL, "dlq", "retry", "--pool", "hooks", "--all")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "retried 1 dead letter(s) of pool hooks")
+	eventually(t, 30*time.Second, "the dead letter delivered after retry", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(received) == len(want)+1 && received[len(received)-1].Type == "poison"
+	})
+	work.stop()
+	fan.stop()
+
+	// Bad input: an unknown pool lists the pools; a bad URL is a usage error.
+	r = runCLI(t, dbURL, "work", "--pool", "nope", "--webhook", "http://127.0.0.1:1/x")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `unknown pool "nope": pools are hooks`)
+	r = runCLI(t, dbURL, "work", "--pool", "hooks", "--webhook", "ftp://x")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "URL")
+	r = runCLI(t, dbURL, "work", "--pool", "hooks", "--webhook", "http://x", "--secret-env", "NOT_SET_ANYWHERE")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "NOT_SET_ANYWHERE")
+}
+
+// riverbus tail prints settled events in sequence order, filtered by pool.
+func TestTailProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	db := pgtest.Connect(t, dbURL)
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "invoices", EventTypes: []string{"invoice.created"}})
+	require.NoError(t, err)
+	fan := start(t, dbURL, "riverbus", []string{"RIVERBUS_LOG_LEVEL=warn", "RIVERBUS_POLL_INTERVAL=100ms"}, "fanout")
+	all := start(t, dbURL, "riverbus", nil, "tail", "--from", "0", "--json")
+	invoices := start(t, dbURL, "riverbus", nil, "tail", "--from", "0", "--pool", "invoices")
+	for _, typ := range []string{"order.placed", "invoice.created", "order.placed", "invoice.created"} {
+		_, err := outbox.Append(ctx, db, outbox.Event{Type: typ, Key: "c1", Data: json.RawMessage(`{"n":1}`)})
+		require.NoError(t, err)
+	}
+	eventually(t, 30*time.Second, "four events tailed", func() bool { return strings.Count(all.out.String(), "\n") >= 4 })
+	var seqs []int64
+	for _, line := range strings.Split(strings.TrimSpace(all.out.String()), "\n") {
+		var e outbox.Event
+		require.NoError(t, json.Unmarshal([]byte(line), &e), line)
+		seqs = append(seqs, e.GlobalSequence)
+	}
+	require.Equal(t, []int64{1, 2, 3, 4}, seqs)
+	eventually(t, 30*time.Second, "two invoices tailed", func() bool { return strings.Count(invoices.out.String(), "invoice.created") == 2 })
+	require.NotContains(t, invoices.out.String(), "order.placed")
+	all.stop()
+	invoices.stop()
+	fan.stop()
+}
+
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// runCLI runs the riverbus binary to completion.
+func runCLI(t *testing.T, dbURL string, args ...string) cliResult {
+	t.Helper()
+	p := start(t, dbURL, "riverbus", nil, args...)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("riverbus %v did not finish", args)
+	}
+	code := 0
+	if p.cmd.ProcessState != nil {
+		code = p.cmd.ProcessState.ExitCode()
+	}
+	out := p.out.String()
+	return cliResult{code: code, stdout: out, stderr: out}
+}

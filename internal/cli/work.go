@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/spf13/cobra"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/workers"
+	"github.com/riverbus/riverbus/workers/webhook"
+)
+
+func (a *app) workCommand() *cobra.Command {
+	var (
+		pool, url, secretEnv string
+		concurrency          int
+		timeout              time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "work --pool NAME --webhook URL",
+		Short: "Work a pool's jobs by POSTing each event to an HTTP endpoint (handlers in any language)",
+		Long: `Runs River workers for one pool that deliver each job's event envelope as a
+JSON POST to --webhook. A 2xx response completes the job; any other status, a
+timeout or a refused connection is an error: River retries with backoff and,
+after the pool's max attempts, the job becomes a dead letter.
+
+Every request carries Idempotency-Key and Webhook-Id (the event id),
+Webhook-Timestamp, and, with --secret-env, Webhook-Signature: "v1,"
+followed by the base64 HMAC-SHA256 of "<id>.<timestamp>.<body>" under the
+secret (the Standard Webhooks scheme). Key-ordered pools stay in order: the
+next event of a key is sent only after the previous one was acknowledged.
+Run as many as you like; they share the pool's jobs.`,
+		Example: `  WEBHOOK_SECRET=... riverbus work --pool billing --webhook https://billing.internal/events --secret-env WEBHOOK_SECRET --concurrency 20`,
+		Args:    exactArgs(0, "no arguments (use flags)"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if concurrency < 1 || concurrency > 10_000 {
+				return &usageError{cmd: cmd, err: fmt.Errorf("--concurrency must be between 1 and 10000, got %d", concurrency)}
+			}
+			var secret []byte
+			if secretEnv != "" {
+				var err error
+				if secret, err = webhook.SecretFromEnv(secretEnv); err != nil {
+					return err
+				}
+			}
+			ws := river.NewWorkers()
+			if err := webhook.Register(ws, webhook.Config{Pool: pool, URL: url, Secret: secret, Timeout: timeout, Logger: a.logger}); err != nil {
+				return &usageError{cmd: cmd, err: err}
+			}
+			u, err := a.requireURL()
+			if err != nil {
+				return err
+			}
+			db, err := a.connectRetrying(ctx, u)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			defer db.Close()
+			p, err := fanout.GetPool(ctx, db, pool)
+			if err != nil {
+				return err
+			}
+			cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{p.Queue: concurrency}, Workers: ws, Logger: a.riverLogger})
+			if err != nil {
+				return err
+			}
+			client, err := river.NewClient(riverpgxv5.New(db), cfg)
+			if err != nil {
+				return err
+			}
+			if err := client.Start(ctx); err != nil {
+				return fmt.Errorf("start workers: %w", err)
+			}
+			fmt.Fprintf(a.stdout, "delivering pool %s (queue %s) to %s with %d workers; Ctrl-C stops\n", p.Name, p.Queue, webhook.Redact(url), concurrency)
+			<-ctx.Done()
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := client.Stop(stopCtx); err != nil {
+				cancelCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel2()
+				_ = client.StopAndCancel(cancelCtx)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&pool, "pool", "", "pool whose jobs to deliver (required)")
+	f.StringVar(&url, "webhook", "", "http(s) URL that receives each event as a JSON POST (required)")
+	f.StringVar(&secretEnv, "secret-env", "", "name of the environment variable holding the signing secret")
+	f.IntVar(&concurrency, "concurrency", 10, "deliveries in flight at once in this process")
+	f.DurationVar(&timeout, "timeout", webhook.TimeoutDefault, "bound on one delivery")
+	_ = cmd.MarkFlagRequired("pool")
+	_ = cmd.MarkFlagRequired("webhook")
+	return cmd
+}
