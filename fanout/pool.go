@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverbus/riverbus/outbox"
 )
@@ -385,17 +387,56 @@ func ListPools(ctx context.Context, db DB) ([]*Pool, error) {
 	return pools, nil
 }
 
-// SetPoolStatus pauses (PoolPaused) or resumes (PoolActive) a pool's
-// fan-out. Nothing is lost: a paused pool's cursor stays where it is.
-func SetPoolStatus(ctx context.Context, db DB, name, status string) (*Pool, error) {
+// SetPoolStatus pauses (PoolPaused) or resumes (PoolActive) a pool: its
+// fan-out, and, when no other pool shares its River queue, its handlers too
+// (River's queue pause: workers finish the jobs they hold and fetch no
+// more). Nothing is lost: a paused pool's cursor and jobs stay where they
+// are. sharedQueue reports that the queue is shared, so the handlers were
+// left running.
+func SetPoolStatus(ctx context.Context, db DB, name, status string) (pool *Pool, sharedQueue bool, err error) {
 	if status != PoolActive && status != PoolPaused {
-		return nil, fmt.Errorf("%w: status must be %s or %s, got %q", ErrInvalidPool, PoolActive, PoolPaused, status)
+		return nil, false, fmt.Errorf("%w: status must be %s or %s, got %q", ErrInvalidPool, PoolActive, PoolPaused, status)
 	}
-	pool, err := collectOne(db.Query(ctx, sqlPoolSetStatus, name, status))
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		pool, err = collectOne(tx.Query(ctx, sqlPoolSetStatus, name, status))
+		if err != nil {
+			return err
+		}
+		var sharing int
+		if err := tx.QueryRow(ctx, sqlPoolsSharingQueue, pool.Queue, name).Scan(&sharing); err != nil {
+			return err
+		}
+		if sharing > 0 {
+			sharedQueue = true
+			return nil
+		}
+		// River pauses only queues it has a row for: make sure there is one
+		// (a worker that starts later then starts paused).
+		if _, err := tx.Exec(ctx, sqlRiverQueueEnsure, pool.Queue); err != nil {
+			return fmt.Errorf("river queue: %w", err)
+		}
+		rc, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
+		if err != nil {
+			return err
+		}
+		if status == PoolPaused {
+			err = rc.QueuePauseTx(ctx, tx, pool.Queue, nil)
+		} else {
+			err = rc.QueueResumeTx(ctx, tx, pool.Queue, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("river queue %s: %w", pool.Queue, err)
+		}
+		return nil
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, UnknownPoolError(ctx, db, name)
+		return nil, false, UnknownPoolError(ctx, db, name)
 	}
-	return pool, err
+	if err != nil {
+		return nil, false, fmt.Errorf("set pool %q %s: %w", name, status, err)
+	}
+	return pool, sharedQueue, nil
 }
 
 func collectOne(rows pgx.Rows, err error) (*Pool, error) {

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
+	"syscall"
 	"sync"
 	"testing"
 	"time"
@@ -162,16 +164,66 @@ type cliResult struct {
 // runCLI runs the riverbus binary to completion.
 func runCLI(t *testing.T, dbURL string, args ...string) cliResult {
 	t.Helper()
-	p := start(t, dbURL, "riverbus", nil, args...)
+	return runCLIEnv(t, dbURL, nil, args...)
+}
+
+// riverbus dev: a throwaway, migrated database until SIGINT, then gone.
+func TestDevProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts its own PostgreSQL")
+	}
+	t.Parallel()
+	p := start(t, "", "riverbus", nil, "dev")
+	p.waitOutput("Ctrl-C stops it", 90*time.Second)
+	m := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(p.out.String())
+	require.NotNil(t, m, p.out.String())
+	r := runCLI(t, m[1], "pool", "create", "from-dev")
+	require.Equal(t, 0, r.code, r.stdout)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("riverbus dev did not stop within 15s")
+	}
+	require.NoError(t, p.err)
+	r = runCLI(t, m[1]+"&connect_timeout=2", "pool", "list")
+	require.Equal(t, 1, r.code, "the server is gone")
+	require.Contains(t, r.stdout, "cannot reach the database")
+}
+
+// riverbus ui refuses a non-loopback address without credentials, and
+// serves with them.
+func TestUIBindRules(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	r := runCLIEnv(t, dbURL, []string{"RIVERBUS_UI_ADDR=0.0.0.0:0"}, "ui")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stdout, "RIVERBUS_UI_USER")
+
+	p := start(t, dbURL, "riverbus", []string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_METRICS_ADDR=", "RIVERBUS_UI_USER=ops", "RIVERBUS_UI_PASSWORD=pw"}, "ui")
+	p.waitOutput("River UI:", 30*time.Second)
+	u := regexp.MustCompile(`River UI: (\S+)`).FindStringSubmatch(p.out.String())[1]
+	resp, err := http.Get(u)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	req.SetBasicAuth("ops", "pw")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	p.stop()
+}
+
+func runCLIEnv(t *testing.T, dbURL string, env []string, args ...string) cliResult {
+	t.Helper()
+	p := start(t, dbURL, "riverbus", env, args...)
 	select {
 	case <-p.done:
 	case <-time.After(60 * time.Second):
 		t.Fatalf("riverbus %v did not finish", args)
 	}
-	code := 0
-	if p.cmd.ProcessState != nil {
-		code = p.cmd.ProcessState.ExitCode()
-	}
 	out := p.out.String()
-	return cliResult{code: code, stdout: out, stderr: out}
+	return cliResult{code: p.cmd.ProcessState.ExitCode(), stdout: out, stderr: out}
 }

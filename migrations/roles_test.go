@@ -445,9 +445,9 @@ func TestWorkerRole(t *testing.T) {
 	require.Empty(t, dead)
 
 	// Pausing and resuming is the worker's too; creating pools is not.
-	_, err = fanout.SetPoolStatus(ctx, worker, "billing", fanout.PoolPaused)
+	_, _, err = fanout.SetPoolStatus(ctx, worker, "billing", fanout.PoolPaused)
 	require.NoError(t, err)
-	_, err = fanout.SetPoolStatus(ctx, worker, "billing", fanout.PoolActive)
+	_, _, err = fanout.SetPoolStatus(ctx, worker, "billing", fanout.PoolActive)
 	require.NoError(t, err)
 
 	requireDenied(t, worker,

@@ -183,3 +183,22 @@ func TestPoolOrderingFlags(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, `grouping must be none or transaction, got "batch"`)
 }
+
+func TestDLQShowAndPurgeBadInput(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	ok(t, run(t, dbURL, "pool", "create", "p"))
+	r := run(t, dbURL, "dlq", "show", "77")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "no dead letter with job id 77")
+	r = run(t, dbURL, "dlq", "show", "x")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, `job id must be a number, got "x"`)
+	r = ok(t, run(t, dbURL, "dlq", "purge", "--pool", "p", "--all"))
+	require.Contains(t, r.stdout, "purged 0 dead letter(s) of pool p")
+	r = run(t, dbURL, "dlq", "purge", "--pool", "nope", "--all")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `unknown pool "nope": pools are p`)
+	r = run(t, dbURL, "dlq", "purge", "5", "--all")
+	require.Equal(t, 2, r.code)
+}

@@ -194,9 +194,9 @@ func (a *app) poolShowCommand() *cobra.Command {
 }
 
 func (a *app) poolStatusCommand(verb, status string) *cobra.Command {
-	short := "Pause a pool's fan-out; nothing is lost, resume continues where it stopped"
+	short := "Pause a pool's fan-out and handlers; nothing is lost, resume continues where it stopped"
 	if status == fanout.PoolActive {
-		short = "Resume a paused pool's fan-out"
+		short = "Resume a paused pool's fan-out and handlers"
 	}
 	return &cobra.Command{
 		Use:     verb + " NAME",
@@ -209,11 +209,16 @@ func (a *app) poolStatusCommand(verb, status string) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			p, err := fanout.SetPoolStatus(cmd.Context(), db, args[0], status)
+			p, shared, err := fanout.SetPoolStatus(cmd.Context(), db, args[0], status)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "pool %s is %s (cursor %d)\n", p.Name, p.Status, p.Cursor)
+			if shared {
+				fmt.Fprintf(a.stdout, "note: River queue %s is shared with other pools, so only the fan-out changed; its workers go on\n", p.Queue)
+			} else if status == fanout.PoolPaused {
+				fmt.Fprintf(a.stdout, "River queue %s paused too: workers finish the jobs they hold and fetch no more\n", p.Queue)
+			}
 			return nil
 		},
 	}

@@ -92,7 +92,7 @@ func TestCollector(t *testing.T) {
 		_, _, err := fanout.CreatePool(ctx, db, p)
 		require.NoError(t, err)
 	}
-	_, err := fanout.SetPoolStatus(ctx, db, "c", fanout.PoolPaused)
+	_, _, err := fanout.SetPoolStatus(ctx, db, "c", fanout.PoolPaused)
 	require.NoError(t, err)
 	for range 3 {
 		_, err := db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}')`)

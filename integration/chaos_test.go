@@ -1,0 +1,593 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/workers"
+	"github.com/riverbus/riverbus/workers/webhook"
+)
+
+// chaosDurationFlag overrides RIVERBUS_CHAOS_DURATION:
+// go test ./integration -run TestChaos -args -chaos-duration 2m
+var chaosDurationFlag = flag.Duration("chaos-duration", 0,
+	"TestChaos: how long the writers run (0: $RIVERBUS_CHAOS_DURATION, else 30s)")
+
+// Load and chaos settings of TestChaos.
+const (
+	chaosWriters      = 32                     // writer goroutines, one event per transaction
+	chaosMaxHold      = 200 * time.Millisecond // a writer holds each transaction up to this long: ~300 events/s in all
+	chaosRollbacks    = 10                     // percent of writer transactions rolled back
+	chaosLongWriters  = 3                      // goroutines that run transactions outliving the gap timeout
+	chaosGapTimeout   = 2 * time.Second        // RIVERBUS_GAP_TIMEOUT of the fan-out processes
+	chaosStuckAfter   = 20 * time.Second       // a job running this long in the final drain is stuck (see rescue)
+	chaosMinDuration  = 20 * time.Second
+	chaosDefaultDur   = 30 * time.Second
+	chaosDrainTimeout = 120 * time.Second // plus half the duration
+)
+
+func chaosDuration(t *testing.T) time.Duration {
+	t.Helper()
+	d := chaosDefaultDur
+	if *chaosDurationFlag > 0 {
+		d = *chaosDurationFlag
+	} else if s := os.Getenv("RIVERBUS_CHAOS_DURATION"); s != "" {
+		var err error
+		d, err = time.ParseDuration(s)
+		require.NoError(t, err, "RIVERBUS_CHAOS_DURATION")
+	}
+	require.GreaterOrEqual(t, d, chaosMinDuration, "the chaos run needs time to kill every kind of process")
+	return d
+}
+
+// hookReceiver is the endpoint of the "hooks" pool's webhook worker: it
+// records every delivery (event id by sequence) and answers 200.
+type hookReceiver struct {
+	mu         sync.Mutex
+	bySeq      map[int64][]uuid.UUID
+	deliveries int
+	bad        []string // requests that were not a well-formed delivery
+}
+
+func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var a workers.Args
+	if err == nil {
+		err = json.Unmarshal(body, &a)
+	}
+	if err == nil && (r.Header.Get(webhook.HeaderID) != a.EventID.String() ||
+		r.Header.Get(webhook.HeaderSequence) != strconv.FormatInt(a.GlobalSequence, 10)) {
+		err = fmt.Errorf("headers %s=%q %s=%q do not match the body (%s, %d)", webhook.HeaderID, r.Header.Get(webhook.HeaderID),
+			webhook.HeaderSequence, r.Header.Get(webhook.HeaderSequence), a.EventID, a.GlobalSequence)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.bad = append(h.bad, err.Error())
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	h.deliveries++
+	h.bySeq[a.GlobalSequence] = append(h.bySeq[a.GlobalSequence], a.EventID)
+}
+
+// chaosProc is one slot of the process set: whenever its process is killed
+// (or exits) a new one takes its place.
+type chaosProc struct {
+	name  string
+	pool  string // the pool a worker process works; "" for a fan-out
+	run   func(gen int) *proc
+	p     *proc
+	gen   int
+	kills int
+}
+
+// retryFor retries f until it succeeds or d has passed: a PostgreSQL
+// restart leaves dead connections in a pool.
+func retryFor(d time.Duration, f func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The chaos run ("make chaos" runs it for 5 minutes; make test for 30 s):
+// 32 writers append with random holds and 10% rollbacks, and a few
+// transactions outlive the gap timeout, while two fan-out processes and one
+// worker process per pool — exactly-once projection, webhook delivery
+// (at-least-once), key-ordered — are killed -9 at random and restarted, and
+// PostgreSQL restarts once. Then every committed event must have exactly one
+// job per pool, every job must be finished, the projection must be exact,
+// every key's successful runs in order, and late events delivered.
+//
+// River rescues the jobs of a killed worker only after RescueStuckJobsAfter
+// (two minutes for riverbus work) and on its elected leader's 30 s rescuer
+// interval, whichever process that is — too slow for this run. The test
+// stands in for River's rescuer: right after it kills a pool's only worker
+// process, every job of that pool still `running` belonged to a dead process,
+// and is made available again (what River's rescuer does, minus the
+// backoff). In the final drain a job still running after 20 s (its process
+// lost the completion to the database restart) gets the same treatment:
+// the pool's worker is killed first, so the rescue is exact there too.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run: several processes, kills and a PostgreSQL restart")
+	}
+	t.Parallel()
+	dur := chaosDuration(t)
+	began := time.Now()
+	ctx := context.Background()
+	srv, dbURL := pgtest.NewServer(t)
+	db := pgtest.Connect(t, dbURL)
+	wcfg, err := pgxpool.ParseConfig(dbURL)
+	require.NoError(t, err)
+	wcfg.MaxConns = chaosWriters + chaosLongWriters + 4 // every writer holds a connection through its transaction
+	wdb, err := pgxpool.NewWithConfig(ctx, wcfg)
+	require.NoError(t, err)
+	t.Cleanup(wdb.Close)
+
+	pools := []string{"projection", "hooks", "ordered"}
+	for _, p := range []fanout.PoolParams{{Name: "projection"}, {Name: "hooks"}, {Name: "ordered", Ordering: fanout.OrderingKey}} {
+		_, _, err := fanout.CreatePool(ctx, db, p)
+		require.NoError(t, err)
+	}
+	hooks := &hookReceiver{bySeq: map[int64][]uuid.UUID{}}
+	hookSrv := httptest.NewServer(hooks)
+	defer hookSrv.Close()
+
+	fanEnv := []string{"RIVERBUS_GAP_TIMEOUT=" + chaosGapTimeout.String(), "RIVERBUS_POLL_INTERVAL=200ms", "RIVERBUS_LOG_LEVEL=warn"}
+	procs := []*chaosProc{
+		{name: "projection worker", pool: "projection", run: func(gen int) *proc {
+			return start(t, dbURL, "testworker", nil, "-pool", "projection", "-mode", "projection",
+				"-id", fmt.Sprintf("projection-%d", gen), "-concurrency", "20")
+		}},
+		{name: "ordered worker", pool: "ordered", run: func(gen int) *proc {
+			return start(t, dbURL, "testworker", nil, "-pool", "ordered", "-mode", "ordered",
+				"-id", fmt.Sprintf("ordered-%d", gen), "-fail-rate", "0.05", "-max-delay", "2ms", "-concurrency", "30")
+		}},
+		{name: "hooks worker", pool: "hooks", run: func(int) *proc {
+			return start(t, dbURL, "riverbus", []string{"RIVERBUS_LOG_LEVEL=error"},
+				"work", "--pool", "hooks", "--webhook", hookSrv.URL+"/events", "--concurrency", "20")
+		}},
+		{name: "fanout 1", run: func(int) *proc { return start(t, dbURL, "riverbus", fanEnv, "fanout") }},
+		{name: "fanout 2", run: func(int) *proc { return start(t, dbURL, "riverbus", fanEnv, "fanout") }},
+	}
+	for _, c := range procs {
+		c.p = c.run(0)
+		// One at a time: the test workers create their tables on start.
+		switch c.pool {
+		case "projection", "ordered":
+			c.p.waitOutput("ready", 30*time.Second)
+		case "hooks":
+			c.p.waitOutput("delivering pool hooks", 30*time.Second)
+		}
+	}
+
+	// rescue makes the pool's running jobs available: called only while no
+	// worker process of the pool is alive, so each belonged to a dead one.
+	rescued := 0
+	rescue := func(pool string) {
+		var n int64
+		require.NoError(t, retryFor(60*time.Second, func() error {
+			tag, err := db.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE kind = $1 AND state = 'running'`, pool)
+			n = tag.RowsAffected()
+			return err
+		}), "rescue the running jobs of pool %s", pool)
+		rescued += int(n)
+	}
+	kills := 0
+	kill := func(c *chaosProc, why string) {
+		c.p.kill9()
+		if c.pool != "" {
+			rescue(c.pool)
+		}
+		kills++
+		c.kills++
+		c.gen++
+		c.p = c.run(c.gen)
+		t.Logf("%5.1fs kill -9 %s (%s)", time.Since(began).Seconds(), c.name, why)
+	}
+	exits := 0
+	supervise := func() {
+		for _, c := range procs {
+			select {
+			case <-c.p.done:
+				out := c.p.out.String()
+				if len(out) > 2000 {
+					out = out[len(out)-2000:]
+				}
+				t.Logf("%5.1fs %s exited by itself (%v), restarting it; output ends:\n%s", time.Since(began).Seconds(), c.name, c.p.err, out)
+				exits++
+				if c.pool != "" {
+					rescue(c.pool)
+				}
+				c.gen++
+				c.p = c.run(c.gen)
+			default:
+			}
+		}
+	}
+	progress := func() {
+		var h int64
+		_ = db.QueryRow(ctx, `SELECT horizon FROM riverbus_horizon`).Scan(&h)
+		rows, err := db.Query(ctx, `SELECT kind, count(*) FILTER (WHERE state = 'completed'), count(*) FROM river_job GROUP BY kind ORDER BY kind`)
+		if err != nil {
+			return
+		}
+		line := fmt.Sprintf("%5.1fs horizon %d", time.Since(began).Seconds(), h)
+		var kind string
+		var done, all int
+		_, _ = pgx.ForEachRow(rows, []any{&kind, &done, &all}, func() error {
+			line += fmt.Sprintf(" | %s %d/%d done", kind, done, all)
+			return nil
+		})
+		t.Log(line)
+	}
+
+	// ---- writers ----
+	wctx, stopWriters := context.WithTimeout(ctx, dur)
+	defer stopWriters()
+	load := startWriters(wctx, wdb, writerOpts{writers: chaosWriters, perWriter: 1 << 40, rollbackPercent: chaosRollbacks, maxHold: chaosMaxHold})
+	// Long transactions: each holds its event past the gap timeout while
+	// the others commit higher sequences, so the horizon skips it and it
+	// commits late. Each gets a key of its own: a late event is by design
+	// delivered after its key's later events.
+	longStarted := 0
+	for g := range chaosLongWriters {
+		load.wg.Add(1)
+		go func() {
+			defer load.wg.Done()
+			sleepCtx(wctx, time.Duration(rand.Int64N(int64(5*time.Second))))
+			for n := 0; wctx.Err() == nil; n++ {
+				id := uuid.New()
+				tx, err := wdb.Begin(wctx)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				var seq int64
+				if err := tx.QueryRow(wctx, `INSERT INTO riverbus_event (event_id, type, key, data) VALUES ($1, 'it.long', $2, '{}') RETURNING global_sequence`,
+					id, fmt.Sprintf("long-%d-%d", g, n)).Scan(&seq); err != nil {
+					_ = tx.Rollback(context.Background())
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				time.Sleep(chaosGapTimeout + time.Second + time.Duration(rand.Int64N(int64(2*time.Second))))
+				err = tx.Commit(context.Background())
+				load.mu.Lock()
+				longStarted++
+				if err == nil {
+					load.committed[seq] = true
+				} else {
+					load.ambiguous = append(load.ambiguous, id)
+				}
+				load.mu.Unlock()
+				sleepCtx(wctx, 2*time.Second+time.Duration(rand.Int64N(int64(4*time.Second))))
+			}
+		}()
+	}
+	writersDone := make(chan struct{})
+	go func() { load.wg.Wait(); close(writersDone) }()
+
+	// ---- chaos: kill -9 a process every 1-4 s (the first rounds go through
+	// every process once), restart PostgreSQL once in the middle third ----
+	pgRestarts := 0
+	restartAt := dur/3 + time.Duration(rand.Int64N(int64(dur/3)))
+	restart := time.After(restartAt)
+	order := rand.Perm(len(procs))
+	nextKill := func() <-chan time.Time {
+		return time.After(time.Second + time.Duration(rand.Int64N(int64(3*time.Second))))
+	}
+	killTimer := nextKill()
+	progressTick := time.NewTicker(10 * time.Second)
+	defer progressTick.Stop()
+chaos:
+	for {
+		select {
+		case <-writersDone:
+			break chaos
+		case <-restart:
+			t.Logf("%5.1fs restarting PostgreSQL", time.Since(began).Seconds())
+			require.NoError(t, srv.Restart(ctx))
+			pgRestarts++
+			t.Logf("%5.1fs PostgreSQL is back", time.Since(began).Seconds())
+		case <-progressTick.C:
+			progress()
+		case <-killTimer:
+			i := rand.IntN(len(procs))
+			if kills < len(order) {
+				i = order[kills]
+			}
+			kill(procs[i], "chaos")
+			killTimer = nextKill()
+		}
+		supervise()
+	}
+	chaosKills := kills
+	committed := load.wait(t, db)
+	t.Logf("%5.1fs writers done: %d events committed, %d rolled back, %d long transactions; draining",
+		time.Since(began).Seconds(), len(committed), load.rolledBack, longStarted)
+
+	// ---- drain: every committed event fanned out to every pool and every
+	// job finished ----
+	type poolState struct {
+		seqs, unfinished, discarded int
+		oldestRunning               float64 // seconds
+	}
+	drainDeadline := time.Now().Add(chaosDrainTimeout + dur/2)
+	var last map[string]poolState
+	drained := false
+	for !drained {
+		supervise()
+		st := map[string]poolState{}
+		err := retryFor(5*time.Second, func() error {
+			for _, pool := range pools {
+				var s poolState
+				if err := db.QueryRow(ctx, `SELECT count(DISTINCT (args->>'global_sequence')::bigint),
+					count(*) FILTER (WHERE state NOT IN ('completed', 'discarded', 'cancelled')),
+					count(*) FILTER (WHERE state IN ('discarded', 'cancelled')),
+					coalesce(extract(epoch FROM now() - min(attempted_at) FILTER (WHERE state = 'running')), 0)::float8
+					FROM river_job WHERE kind = $1`, pool).Scan(&s.seqs, &s.unfinished, &s.discarded, &s.oldestRunning); err != nil {
+					return err
+				}
+				st[pool] = s
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		last = st
+		drained = true
+		for _, pool := range pools {
+			s := st[pool]
+			if s.seqs < len(committed) || s.unfinished > 0 {
+				drained = false
+			}
+			if s.oldestRunning > chaosStuckAfter.Seconds() {
+				for _, c := range procs {
+					if c.pool == pool {
+						kill(c, fmt.Sprintf("stand-in for River's rescuer: a job running for %.0fs", s.oldestRunning))
+					}
+				}
+			}
+		}
+		if drained {
+			break
+		}
+		if time.Now().After(drainDeadline) {
+			t.Errorf("not drained after %s: %+v (want %d sequences per pool, none unfinished)", chaosDrainTimeout+dur/2, st, len(committed))
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("%5.1fs drained: %+v", time.Since(began).Seconds(), last)
+	for _, c := range procs {
+		c.p.stop()
+	}
+
+	// ---- figures ----
+	var eventIDs map[int64]uuid.UUID
+	require.NoError(t, retryFor(10*time.Second, func() error {
+		rows, err := db.Query(ctx, `SELECT global_sequence, event_id FROM riverbus_event`)
+		if err != nil {
+			return err
+		}
+		eventIDs = map[int64]uuid.UUID{}
+		var seq int64
+		var id uuid.UUID
+		_, err = pgx.ForEachRow(rows, []any{&seq, &id}, func() error { eventIDs[seq] = id; return nil })
+		return err
+	}))
+	lost := map[string]int{}
+	jobs := map[string]int{}
+	var duplicates, phantoms, discarded int
+	counts := map[string]map[int64]int{}
+	for _, pool := range pools {
+		c := jobCounts(t, db, pool)
+		counts[pool] = c
+		for seq, n := range c {
+			jobs[pool] += n
+			if n > 1 {
+				duplicates += n - 1
+			}
+			if !committed[seq] {
+				phantoms++
+			}
+		}
+		discarded += last[pool].discarded
+	}
+
+	// hooks: at least one delivery of the right event per committed event.
+	hooks.mu.Lock()
+	redeliveries := hooks.deliveries - len(hooks.bySeq)
+	badHooks := append([]string(nil), hooks.bad...)
+	for seq := range hooks.bySeq {
+		if !committed[seq] {
+			phantoms++
+		}
+	}
+	hookDelivered := func(seq int64) bool {
+		for _, id := range hooks.bySeq[seq] {
+			if id == eventIDs[seq] {
+				return true
+			}
+		}
+		return false
+	}
+
+	// projection: every committed event applied exactly once.
+	applied := map[int64]int{}
+	var projected int64
+	require.NoError(t, retryFor(10*time.Second, func() error {
+		rows, err := db.Query(ctx, `SELECT sequence, times FROM it_applied`)
+		if err != nil {
+			return err
+		}
+		var seq int64
+		var times int
+		if _, err := pgx.ForEachRow(rows, []any{&seq, &times}, func() error { applied[seq] = times; return nil }); err != nil {
+			return err
+		}
+		return db.QueryRow(ctx, `SELECT coalesce(sum(events), 0) FROM it_projection`).Scan(&projected)
+	}))
+	mismatches := 0
+	for seq := range applied {
+		if !committed[seq] {
+			mismatches++ // applied, but never committed
+		}
+	}
+	if d := projected - int64(len(committed)); d != 0 {
+		mismatches += int(max(d, -d))
+	}
+
+	// ordered: per key, no two attempts overlap and the successful runs go
+	// up in sequence (a run repeated after a crash is at-least-once, not
+	// out of order). Late events are delivered after their key's later
+	// events by design and are left out of the order check.
+	lateSeqs := map[int64]bool{}
+	require.NoError(t, retryFor(10*time.Second, func() error {
+		rows, err := db.Query(ctx, `SELECT DISTINCT (args->>'global_sequence')::bigint FROM river_job WHERE args->>'late' = 'true'`)
+		if err != nil {
+			return err
+		}
+		var seq int64
+		_, err = pgx.ForEachRow(rows, []any{&seq}, func() error { lateSeqs[seq] = true; return nil })
+		return err
+	}))
+	type run struct {
+		seq           int64
+		start, finish time.Time
+		ok            bool
+	}
+	runs := map[string][]run{}
+	require.NoError(t, retryFor(10*time.Second, func() error {
+		rows, err := db.Query(ctx, `SELECT key, sequence, started_at, finished_at, ok FROM it_run ORDER BY key, started_at, finished_at`)
+		if err != nil {
+			return err
+		}
+		runs = map[string][]run{}
+		var key string
+		var r run
+		_, err = pgx.ForEachRow(rows, []any{&key, &r.seq, &r.start, &r.finish, &r.ok}, func() error {
+			runs[key] = append(runs[key], r)
+			return nil
+		})
+		return err
+	}))
+	violations := 0
+	okRun := map[int64]bool{}
+	var examples []string
+	for key, rs := range runs {
+		var highest int64
+		for i, r := range rs {
+			if i > 0 && r.start.Before(rs[i-1].finish) {
+				violations++
+				examples = append(examples, fmt.Sprintf("key %s: attempt of %d started before %d's ended", key, r.seq, rs[i-1].seq))
+			}
+			if !r.ok {
+				continue
+			}
+			okRun[r.seq] = true
+			if lateSeqs[r.seq] {
+				continue
+			}
+			if r.seq < highest {
+				violations++
+				examples = append(examples, fmt.Sprintf("key %s: %d succeeded after %d", key, r.seq, highest))
+			}
+			highest = max(highest, r.seq)
+		}
+	}
+
+	var lostExamples []string
+	for seq := range committed {
+		for _, pool := range pools {
+			ok := counts[pool][seq] > 0
+			switch pool {
+			case "hooks":
+				ok = ok && hookDelivered(seq)
+			case "projection":
+				ok = ok && applied[seq] > 0
+			case "ordered":
+				ok = ok && okRun[seq]
+			}
+			if !ok {
+				lost[pool]++
+				if len(lostExamples) < 10 {
+					lostExamples = append(lostExamples, fmt.Sprintf("%s:%d", pool, seq))
+				}
+			}
+		}
+		if applied[seq] != 1 {
+			mismatches++ // not applied, or applied more than once
+		}
+	}
+	hooks.mu.Unlock()
+
+	// Late events: each still has exactly one job per pool.
+	var lateWrong []string
+	for seq := range lateSeqs {
+		for _, pool := range pools {
+			if counts[pool][seq] != 1 {
+				lateWrong = append(lateWrong, fmt.Sprintf("%s:%d has %d jobs", pool, seq, counts[pool][seq]))
+			}
+		}
+	}
+	var h *fanout.HorizonStatus
+	require.NoError(t, retryFor(10*time.Second, func() error { var err error; h, err = fanout.GetHorizon(ctx, db); return err }))
+	var longCommitted int
+	require.NoError(t, retryFor(10*time.Second, func() error {
+		return db.QueryRow(ctx, `SELECT count(*) FROM riverbus_event WHERE type = 'it.long'`).Scan(&longCommitted)
+	}))
+
+	totalLost := lost["projection"] + lost["hooks"] + lost["ordered"]
+	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d late_events=%d late_jobs=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_restarts=%d wall=%s\n",
+		dur, len(committed), load.rolledBack, longCommitted, jobs["projection"], jobs["hooks"], jobs["ordered"],
+		totalLost, duplicates, mismatches, violations, h.LateEvents, len(lateSeqs), redeliveries, kills, rescued, pgRestarts,
+		time.Since(began).Round(time.Second))
+	t.Logf("gaps proven dead %d, skipped %d, still watched %d; kills during the writers %d, process exits %d, dead letters %d, phantom jobs or deliveries %d",
+		h.GapsProvenDead, h.GapsSkipped, h.Watching, chaosKills, exits, discarded, phantoms)
+
+	require.Zero(t, totalLost, "lost (pool:sequence): %v", lostExamples)
+	require.Zero(t, duplicates, "duplicate jobs")
+	require.Zero(t, phantoms, "jobs or deliveries of events that never committed")
+	require.Zero(t, mismatches, "projection mismatches")
+	require.Zero(t, violations, "order violations: %v", examples[:min(len(examples), 10)])
+	require.Empty(t, badHooks, "malformed webhook deliveries")
+	require.Zero(t, discarded, "dead letters")
+	require.GreaterOrEqual(t, h.LateEvents, int64(1), "late events delivered")
+	require.Empty(t, lateWrong, "late events with other than one job per pool")
+	require.Equal(t, 1, pgRestarts)
+	for _, c := range procs {
+		require.Positive(t, c.kills, "%s was never killed", c.name)
+	}
+}
+
+// sleepCtx sleeps for d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
