@@ -8,8 +8,8 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"syscall"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
