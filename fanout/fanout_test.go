@@ -699,3 +699,58 @@ func TestGapHeldForWriterWithNewestXid(t *testing.T) {
 	c, _ := jobs(t, b.db, "p")
 	require.Equal(t, map[int64]int{n: 1, n1: 1}, c)
 }
+
+// A new pool created "from beginning" while a hole is held delivers every
+// event once: those committed before it, the held one when it commits, and
+// the later ones (epoch delivered rows twice here).
+func TestNewPoolFromBeginningOverAHole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "old"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
+	before := appendEvent(t, b.db, "t")
+	txA, held := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "t")
+	pass(t, f)
+
+	createPool(t, b.db, fanout.PoolParams{Name: "new", From: fanout.FromBeginning})
+	pass(t, f)
+	c, _ := jobs(t, b.db, "new")
+	require.Equal(t, map[int64]int{before: 1}, c, "nothing past the hole yet")
+	require.NoError(t, txA.Commit(ctx))
+	later := appendEvent(t, b.db, "t")
+	for range 3 {
+		pass(t, f)
+	}
+	want := map[int64]int{before: 1, held: 1, after: 1, later: 1}
+	c, _ = jobs(t, b.db, "new")
+	require.Equal(t, want, c)
+	c, _ = jobs(t, b.db, "old")
+	require.Equal(t, want, c)
+}
+
+// After a dump and restore the xid counter starts again, so a recorded gap
+// bound can be far above every xid the new cluster hands out. Such a gap
+// must not stall the horizon: it cannot be proven, so the gap timeout
+// passes it (and watches it).
+func TestGapWithXidBoundFromAnotherClusterDoesNotStall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
+	txA, n := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "t")
+	require.NoError(t, txA.Rollback(ctx))
+	// The gap as an older cluster with a far higher xid counter recorded it.
+	_, err := b.db.Exec(ctx, `INSERT INTO riverbus_gap (first_sequence, last_sequence, xid_bound, first_seen_at)
+		VALUES ($1, $1, '1099511627776'::xid8, now() - interval '1 second')`, n)
+	require.NoError(t, err)
+	runFanout(t, f)
+	eventually(t, 10*time.Second, "horizon past the gap and the event delivered", func() bool {
+		c, _ := jobs(t, b.db, "p")
+		return horizon(t, b.db).Horizon >= after && c[after] == 1
+	})
+	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped, "passed by the timeout, watched")
+}

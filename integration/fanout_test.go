@@ -12,7 +12,7 @@ import (
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
-// Two `riverbus fanout` processes and one in-process fan-out on one
+// Two `riverbus fanout` processes and three in-process fan-outs on one
 // database while writers run; the processes are killed with SIGKILL again
 // and again, in the middle of batches, and restarted. Every committed event
 // must end as exactly one job per pool.
@@ -32,11 +32,14 @@ func TestFanoutProcessesKilledMidBatch(t *testing.T) {
 	env := []string{"RIVERBUS_BATCH_SIZE=7", "RIVERBUS_POLL_INTERVAL=50ms", "RIVERBUS_LOG_LEVEL=warn"}
 	procs := []*proc{start(t, dbURL, "riverbus", env, "fanout"), start(t, dbURL, "riverbus", env, "fanout")}
 
-	inProc, err := fanout.New(db, &fanout.Config{BatchSize: 5, PollInterval: 50 * time.Millisecond, Logger: discardLogger()})
-	require.NoError(t, err)
+	// Three more instances in this process.
 	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- inProc.Run(runCtx) }()
+	done := make(chan error, 3)
+	for range 3 {
+		inProc, err := fanout.New(db, &fanout.Config{BatchSize: 5, PollInterval: 50 * time.Millisecond, Logger: discardLogger()})
+		require.NoError(t, err)
+		go func() { done <- inProc.Run(runCtx) }()
+	}
 
 	load := startWriters(ctx, db, writerOpts{writers: 16, perWriter: 60, rollbackPercent: 10, maxHold: 5 * time.Millisecond})
 	writersDone := make(chan struct{})
@@ -58,10 +61,12 @@ func TestFanoutProcessesKilledMidBatch(t *testing.T) {
 	t.Logf("%d events committed, %d rolled back, %d kills", len(committed), load.rolledBack, kills)
 	require.Greater(t, kills, 2)
 
-	// The in-process instance alone must not be needed: stop it, and let
+	// The in-process instances are not needed to finish: stop them, and let
 	// the processes finish.
 	cancel()
-	require.NoError(t, <-done)
+	for range 3 {
+		require.NoError(t, <-done)
+	}
 	eventually(t, 60*time.Second, "every committed event fanned out to every pool", func() bool {
 		for _, pool := range []string{"p1", "p2", "p3"} {
 			if len(jobCounts(t, db, pool)) < len(committed) {

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/workers"
@@ -255,6 +256,13 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 			} else {
 				require.Equal(t, k, byKey["k"], "blocked: the key resumes in order after the retry")
 			}
+			// dlq retry, then the checkpoint is exact: nothing lost, nothing
+			// written past what is finished (KurrentDB lost events here).
+			eventually(t, 10*time.Second, "checkpoint at the last event", func() bool {
+				cp, err := checkpoint.Advance(ctx, b.db, orderedPoolName)
+				require.NoError(t, err)
+				return cp == other[1]
+			})
 		})
 	}
 }
