@@ -172,28 +172,7 @@ func NewDatabase(t testing.TB) string {
 	if template == "" {
 		t.Fatal("pgtest: call pgtest.Main(m) from TestMain")
 	}
-	name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident+" TEMPLATE "+pgx.Identifier{template}.Sanitize()); err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, adminURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
-	})
-	return withDatabase(adminURL, name)
+	return createDatabase(t, " TEMPLATE "+pgx.Identifier{template}.Sanitize())
 }
 
 // NewPool creates a fresh, migrated database for the test and returns a pool
@@ -211,28 +190,35 @@ func NewEmptyDatabase(t testing.TB) string {
 	if adminURL == "" {
 		t.Fatal("pgtest: call pgtest.Main(m) from TestMain")
 	}
+	return createDatabase(t, "")
+}
+
+// createDatabase creates a database with a unique name (CREATE DATABASE
+// name + clause), drops it when the test ends, and returns its URL.
+func createDatabase(t testing.TB, clause string) string {
+	t.Helper()
 	name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
 	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+	if err := adminExec(context.Background(), "CREATE DATABASE "+ident+clause); err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, adminURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+		_ = adminExec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
 	})
 	return withDatabase(adminURL, name)
+}
+
+// adminExec runs one statement on the maintenance database.
+func adminExec(ctx context.Context, sql string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
 }
 
 // Connect opens a pool to url that is closed when the test ends.
