@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,10 @@ const (
 	chaosMinDuration  = 20 * time.Second
 	chaosDefaultDur   = 30 * time.Second
 	chaosDrainTimeout = 120 * time.Second // plus half the duration
+	// chaosMaxBacklog: writers pause while more jobs than this are
+	// unfinished, so the final drain stays short however long the run and
+	// however busy the machine.
+	chaosMaxBacklog = 3000
 )
 
 func chaosDuration(t *testing.T) time.Duration {
@@ -100,6 +105,13 @@ type chaosProc struct {
 	kills int
 }
 
+func (c *chaosProc) label() string {
+	if c.pool == "" {
+		return c.name
+	}
+	return c.pool + " worker"
+}
+
 // retryFor retries f until it succeeds or d has passed: a PostgreSQL
 // restart leaves dead connections in a pool.
 func retryFor(d time.Duration, f func() error) error {
@@ -144,6 +156,19 @@ func TestChaos(t *testing.T) {
 	wcfg, err := pgxpool.ParseConfig(dbURL)
 	require.NoError(t, err)
 	wcfg.MaxConns = chaosWriters + chaosLongWriters + 4 // every writer holds a connection through its transaction
+	// Back-pressure: a writer waits for a connection while the backlog is
+	// over chaosMaxBacklog.
+	var throttled atomic.Bool
+	wcfg.PrepareConn = func(ctx context.Context, _ *pgx.Conn) (bool, error) {
+		for throttled.Load() {
+			select {
+			case <-ctx.Done():
+				return true, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		return true, nil
+	}
 	wdb, err := pgxpool.NewWithConfig(ctx, wcfg)
 	require.NoError(t, err)
 	t.Cleanup(wdb.Close)
@@ -153,26 +178,44 @@ func TestChaos(t *testing.T) {
 		_, _, err := fanout.CreatePool(ctx, db, p)
 		require.NoError(t, err)
 	}
+	// Instrumentation: record every sequence the horizon marks late (the
+	// fan-out retires riverbus_skipped rows once every pool has the event).
+	_, err = db.Exec(ctx, `CREATE TABLE chaos_late (sequence bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE FUNCTION chaos_late_record() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO chaos_late (sequence) VALUES (NEW.sequence) ON CONFLICT DO NOTHING;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER chaos_late_record AFTER UPDATE OF late_at ON riverbus_skipped
+			FOR EACH ROW WHEN (OLD.late_at IS NULL AND NEW.late_at IS NOT NULL) EXECUTE FUNCTION chaos_late_record();`)
+	require.NoError(t, err)
 	hooks := &hookReceiver{bySeq: map[int64][]uuid.UUID{}}
 	hookSrv := httptest.NewServer(hooks)
 	defer hookSrv.Close()
 
+	// Each process's connections carry its slot and generation as
+	// application_name (pgx reads PGAPPNAME), so the test can tell when a
+	// killed process's last statement has ended.
+	appName := func(slot string, gen int) string { return fmt.Sprintf("chaos-%s-%d", slot, gen) }
+	appEnv := func(slot string, gen int, env ...string) []string {
+		return append([]string{"PGAPPNAME=" + appName(slot, gen)}, env...)
+	}
 	fanEnv := []string{"RIVERBUS_GAP_TIMEOUT=" + chaosGapTimeout.String(), "RIVERBUS_POLL_INTERVAL=200ms", "RIVERBUS_LOG_LEVEL=warn"}
 	procs := []*chaosProc{
-		{name: "projection worker", pool: "projection", run: func(gen int) *proc {
-			return start(t, dbURL, "testworker", nil, "-pool", "projection", "-mode", "projection",
+		{name: "projection", pool: "projection", run: func(gen int) *proc {
+			return start(t, dbURL, "testworker", appEnv("projection", gen), "-pool", "projection", "-mode", "projection",
 				"-id", fmt.Sprintf("projection-%d", gen), "-concurrency", "20")
 		}},
-		{name: "ordered worker", pool: "ordered", run: func(gen int) *proc {
-			return start(t, dbURL, "testworker", nil, "-pool", "ordered", "-mode", "ordered",
+		{name: "ordered", pool: "ordered", run: func(gen int) *proc {
+			return start(t, dbURL, "testworker", appEnv("ordered", gen), "-pool", "ordered", "-mode", "ordered",
 				"-id", fmt.Sprintf("ordered-%d", gen), "-fail-rate", "0.05", "-max-delay", "2ms", "-concurrency", "30")
 		}},
-		{name: "hooks worker", pool: "hooks", run: func(int) *proc {
-			return start(t, dbURL, "riverbus", []string{"RIVERBUS_LOG_LEVEL=error"},
+		{name: "hooks", pool: "hooks", run: func(gen int) *proc {
+			return start(t, dbURL, "riverbus", appEnv("hooks", gen, "RIVERBUS_LOG_LEVEL=error"),
 				"work", "--pool", "hooks", "--webhook", hookSrv.URL+"/events", "--concurrency", "20")
 		}},
-		{name: "fanout 1", run: func(int) *proc { return start(t, dbURL, "riverbus", fanEnv, "fanout") }},
-		{name: "fanout 2", run: func(int) *proc { return start(t, dbURL, "riverbus", fanEnv, "fanout") }},
+		{name: "fanout1", run: func(gen int) *proc { return start(t, dbURL, "riverbus", appEnv("fanout1", gen, fanEnv...), "fanout") }},
+		{name: "fanout2", run: func(gen int) *proc { return start(t, dbURL, "riverbus", appEnv("fanout2", gen, fanEnv...), "fanout") }},
 	}
 	for _, c := range procs {
 		c.p = c.run(0)
@@ -185,10 +228,25 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
-	// rescue makes the pool's running jobs available: called only while no
-	// worker process of the pool is alive, so each belonged to a dead one.
+	// rescue makes the pool's running jobs available: called only once the
+	// pool's one worker process is dead and its last statement has ended (a
+	// fetch running in the server when the process died still commits), so
+	// each belonged to a dead process.
 	rescued := 0
-	rescue := func(pool string) {
+	rescue := func(c *chaosProc) {
+		pool := c.pool
+		var left int
+		if err := retryFor(30*time.Second, func() error {
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName(c.name, c.gen)).Scan(&left); err != nil {
+				return err
+			}
+			if left > 0 {
+				return fmt.Errorf("%d sessions of the killed %s worker remain", left, pool)
+			}
+			return nil
+		}); err != nil {
+			t.Logf("rescue: %v; rescuing anyway", err)
+		}
 		var n int64
 		require.NoError(t, retryFor(60*time.Second, func() error {
 			tag, err := db.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE kind = $1 AND state = 'running'`, pool)
@@ -201,13 +259,13 @@ func TestChaos(t *testing.T) {
 	kill := func(c *chaosProc, why string) {
 		c.p.kill9()
 		if c.pool != "" {
-			rescue(c.pool)
+			rescue(c)
 		}
 		kills++
 		c.kills++
 		c.gen++
 		c.p = c.run(c.gen)
-		t.Logf("%5.1fs kill -9 %s (%s)", time.Since(began).Seconds(), c.name, why)
+		t.Logf("%5.1fs kill -9 %s (%s)", time.Since(began).Seconds(), c.label(), why)
 	}
 	exits := 0
 	supervise := func() {
@@ -218,10 +276,10 @@ func TestChaos(t *testing.T) {
 				if len(out) > 2000 {
 					out = out[len(out)-2000:]
 				}
-				t.Logf("%5.1fs %s exited by itself (%v), restarting it; output ends:\n%s", time.Since(began).Seconds(), c.name, c.p.err, out)
+				t.Logf("%5.1fs %s exited by itself (%v), restarting it; output ends:\n%s", time.Since(began).Seconds(), c.label(), c.p.err, out)
 				exits++
 				if c.pool != "" {
-					rescue(c.pool)
+					rescue(c)
 				}
 				c.gen++
 				c.p = c.run(c.gen)
@@ -230,13 +288,25 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	progress := func() {
-		var h int64
-		_ = db.QueryRow(ctx, `SELECT horizon FROM riverbus_horizon`).Scan(&h)
+		var h, last, gaps, watching int64
+		_ = db.QueryRow(ctx, `SELECT horizon, (SELECT coalesce(max(global_sequence), 0) FROM riverbus_event),
+			(SELECT count(*) FROM riverbus_gap), (SELECT count(*) FROM riverbus_skipped WHERE late_at IS NULL) FROM riverbus_horizon`).Scan(&h, &last, &gaps, &watching)
+		if os.Getenv("CHAOS_DEBUG") != "" {
+			rows, err := db.Query(ctx, `SELECT application_name, state, coalesce(wait_event_type || ':' || wait_event, ''), round(extract(epoch FROM now() - query_start)::numeric, 1)::text, left(query, 80)
+				FROM pg_stat_activity WHERE application_name LIKE 'chaos-fanout%' AND state <> 'idle' ORDER BY 1`)
+			if err == nil {
+				var a, st, w, age, q string
+				_, _ = pgx.ForEachRow(rows, []any{&a, &st, &w, &age, &q}, func() error {
+					t.Logf("   %s %s %s %ss %q", a, st, w, age, q)
+					return nil
+				})
+			}
+		}
 		rows, err := db.Query(ctx, `SELECT kind, count(*) FILTER (WHERE state = 'completed'), count(*) FROM river_job GROUP BY kind ORDER BY kind`)
 		if err != nil {
 			return
 		}
-		line := fmt.Sprintf("%5.1fs horizon %d", time.Since(began).Seconds(), h)
+		line := fmt.Sprintf("%5.1fs last %d horizon %d (gaps %d, watching %d)", time.Since(began).Seconds(), last, h, gaps, watching)
 		var kind string
 		var done, all int
 		_, _ = pgx.ForEachRow(rows, []any{&kind, &done, &all}, func() error {
@@ -244,6 +314,11 @@ func TestChaos(t *testing.T) {
 			return nil
 		})
 		t.Log(line)
+	}
+
+	progressEvery := 10 * time.Second
+	if os.Getenv("CHAOS_DEBUG") != "" {
+		progressEvery = 2 * time.Second
 	}
 
 	// ---- writers ----
@@ -290,6 +365,30 @@ func TestChaos(t *testing.T) {
 	}
 	writersDone := make(chan struct{})
 	go func() { load.wg.Wait(); close(writersDone) }()
+	var throttledFor time.Duration // written by the back-pressure goroutine until backpressureDone
+	backpressureDone := make(chan struct{})
+	go func() {
+		defer close(backpressureDone)
+		defer throttled.Store(false)
+		for {
+			select {
+			case <-writersDone:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			var backlog int
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := db.QueryRow(qctx, `SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled')`).Scan(&backlog)
+			cancel()
+			if err != nil {
+				continue // the database restarting: keep the current state
+			}
+			if throttled.Load() {
+				throttledFor += 500 * time.Millisecond
+			}
+			throttled.Store(backlog > chaosMaxBacklog)
+		}
+	}()
 
 	// ---- chaos: kill -9 a process every 1-4 s (the first rounds go through
 	// every process once), restart PostgreSQL once in the middle third ----
@@ -301,7 +400,7 @@ func TestChaos(t *testing.T) {
 		return time.After(time.Second + time.Duration(rand.Int64N(int64(3*time.Second))))
 	}
 	killTimer := nextKill()
-	progressTick := time.NewTicker(10 * time.Second)
+	progressTick := time.NewTicker(progressEvery)
 	defer progressTick.Stop()
 chaos:
 	for {
@@ -326,6 +425,7 @@ chaos:
 		supervise()
 	}
 	chaosKills := kills
+	<-backpressureDone
 	committed := load.wait(t, db)
 	t.Logf("%5.1fs writers done: %d events committed, %d rolled back, %d long transactions; draining",
 		time.Since(began).Seconds(), len(committed), load.rolledBack, longStarted)
@@ -465,15 +565,23 @@ chaos:
 	// up in sequence (a run repeated after a crash is at-least-once, not
 	// out of order). Late events are delivered after their key's later
 	// events by design and are left out of the order check.
-	lateSeqs := map[int64]bool{}
+	lateSeqs := map[int64]bool{}    // marked late by the horizon
+	lateFlagged := map[int64]bool{} // delivered with "late": true to some pool
 	require.NoError(t, retryFor(10*time.Second, func() error {
-		rows, err := db.Query(ctx, `SELECT DISTINCT (args->>'global_sequence')::bigint FROM river_job WHERE args->>'late' = 'true'`)
-		if err != nil {
-			return err
+		for q, m := range map[string]map[int64]bool{
+			`SELECT sequence FROM chaos_late`: lateSeqs,
+			`SELECT DISTINCT (args->>'global_sequence')::bigint FROM river_job WHERE args->>'late' = 'true'`: lateFlagged,
+		} {
+			rows, err := db.Query(ctx, q)
+			if err != nil {
+				return err
+			}
+			var seq int64
+			if _, err = pgx.ForEachRow(rows, []any{&seq}, func() error { m[seq] = true; return nil }); err != nil {
+				return err
+			}
 		}
-		var seq int64
-		_, err = pgx.ForEachRow(rows, []any{&seq}, func() error { lateSeqs[seq] = true; return nil })
-		return err
+		return nil
 	}))
 	type run struct {
 		seq           int64
@@ -509,7 +617,7 @@ chaos:
 				continue
 			}
 			okRun[r.seq] = true
-			if lateSeqs[r.seq] {
+			if lateSeqs[r.seq] || lateFlagged[r.seq] {
 				continue
 			}
 			if r.seq < highest {
@@ -547,7 +655,15 @@ chaos:
 
 	// Late events: each still has exactly one job per pool.
 	var lateWrong []string
+	for seq := range lateFlagged {
+		if !lateSeqs[seq] {
+			lateWrong = append(lateWrong, fmt.Sprintf("%d delivered as late but never marked late", seq))
+		}
+	}
 	for seq := range lateSeqs {
+		if !committed[seq] {
+			lateWrong = append(lateWrong, fmt.Sprintf("%d marked late but never committed", seq))
+		}
 		for _, pool := range pools {
 			if counts[pool][seq] != 1 {
 				lateWrong = append(lateWrong, fmt.Sprintf("%s:%d has %d jobs", pool, seq, counts[pool][seq]))
@@ -562,13 +678,28 @@ chaos:
 	}))
 
 	totalLost := lost["projection"] + lost["hooks"] + lost["ordered"]
-	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d late_events=%d late_jobs=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_restarts=%d wall=%s\n",
+	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d late_events=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_restarts=%d wall=%s\n",
 		dur, len(committed), load.rolledBack, longCommitted, jobs["projection"], jobs["hooks"], jobs["ordered"],
-		totalLost, duplicates, mismatches, violations, h.LateEvents, len(lateSeqs), redeliveries, kills, rescued, pgRestarts,
+		totalLost, duplicates, mismatches, violations, h.LateEvents, redeliveries, kills, rescued, pgRestarts,
 		time.Since(began).Round(time.Second))
-	t.Logf("gaps proven dead %d, skipped %d, still watched %d; kills during the writers %d, process exits %d, dead letters %d, phantom jobs or deliveries %d",
-		h.GapsProvenDead, h.GapsSkipped, h.Watching, chaosKills, exits, discarded, phantoms)
+	t.Logf("late events: %d marked late, %d of them delivered flagged late (the others reached every pool before its cursor passed them)",
+		len(lateSeqs), len(lateFlagged))
+	t.Logf("gaps proven dead %d, skipped %d, still watched %d; kills during the writers %d, process exits %d, dead letters %d, phantom jobs or deliveries %d; writers throttled for %s",
+		h.GapsProvenDead, h.GapsSkipped, h.Watching, chaosKills, exits, discarded, phantoms, throttledFor)
 
+	if discarded > 0 {
+		rows, err := db.Query(ctx, `SELECT id, kind, attempt, (args->>'global_sequence'), errors[array_length(errors, 1)]->>'error'
+			FROM river_job WHERE state IN ('discarded', 'cancelled') ORDER BY id LIMIT 10`)
+		if err == nil {
+			var id int64
+			var kind, seq, lastErr string
+			var attempt int
+			_, _ = pgx.ForEachRow(rows, []any{&id, &kind, &attempt, &seq, &lastErr}, func() error {
+				t.Logf("dead letter: job %d pool %s sequence %s attempt %d: %s", id, kind, seq, attempt, lastErr)
+				return nil
+			})
+		}
+	}
 	require.Zero(t, totalLost, "lost (pool:sequence): %v", lostExamples)
 	require.Zero(t, duplicates, "duplicate jobs")
 	require.Zero(t, phantoms, "jobs or deliveries of events that never committed")
@@ -577,10 +708,11 @@ chaos:
 	require.Empty(t, badHooks, "malformed webhook deliveries")
 	require.Zero(t, discarded, "dead letters")
 	require.GreaterOrEqual(t, h.LateEvents, int64(1), "late events delivered")
+	require.Len(t, lateSeqs, int(h.LateEvents), "every late event recorded")
 	require.Empty(t, lateWrong, "late events with other than one job per pool")
 	require.Equal(t, 1, pgRestarts)
 	for _, c := range procs {
-		require.Positive(t, c.kills, "%s was never killed", c.name)
+		require.Positive(t, c.kills, "%s was never killed", c.label())
 	}
 }
 

@@ -94,5 +94,5 @@ func TestFanoutProcessReportsBadConfig(t *testing.T) {
 	p := start(t, dbURL, "riverbus", []string{"RIVERBUS_GAP_TIMEOUT=-3s"}, "fanout")
 	<-p.done
 	require.Error(t, p.err)
-	require.Contains(t, p.out.String(), "RIVERBUS_GAP_TIMEOUT must be positive, got -3s")
+	require.Contains(t, p.out.String(), "RIVERBUS_GAP_TIMEOUT (--gap-timeout) must be positive, got -3s")
 }

@@ -75,7 +75,13 @@ flags override them. See the README's configuration table.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load()
+			flags := map[string]string{}
+			for _, s := range config.Settings() {
+				if f := cmd.Flags().Lookup(s.Flag); f != nil && f.Changed {
+					flags[s.Flag] = f.Value.String()
+				}
+			}
+			cfg, err := config.LoadWithFlags(flags)
 			if err != nil {
 				return err
 			}
@@ -100,6 +106,17 @@ flags override them. See the README's configuration table.`,
 		return &usageError{cmd: cmd, err: err}
 	})
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $DATABASE_URL or $RIVERBUS_DATABASE_URL)")
+	// Every other setting: a flag that overrides its RIVERBUS_ variable.
+	for _, s := range config.Settings() {
+		if s.Env == "DATABASE_URL" {
+			continue
+		}
+		usage := s.Desc + " (env " + config.Prefix + "_" + s.Env + ")"
+		root.PersistentFlags().String(s.Flag, "", usage)
+		if s.Default != "" {
+			root.PersistentFlags().Lookup(s.Flag).DefValue = s.Default
+		}
+	}
 	root.AddCommand(
 		a.migrateCommand(),
 		a.devCommand(),

@@ -202,3 +202,17 @@ func TestDLQShowAndPurgeBadInput(t *testing.T) {
 	r = run(t, dbURL, "dlq", "purge", "5", "--all")
 	require.Equal(t, 2, r.code)
 }
+
+func TestSettingFlags(t *testing.T) {
+	t.Parallel()
+	r := run(t, "", "fanout", "--gap-timeout", "-1s")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "RIVERBUS_GAP_TIMEOUT (--gap-timeout) must be positive, got -1s")
+	r = run(t, "", "status", "--batch-size", "lots")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `invalid --batch-size="lots"`)
+	r = run(t, "", "--help")
+	require.Equal(t, 0, r.code)
+	require.Contains(t, r.stdout, "--gap-timeout")
+	require.Contains(t, r.stdout, "env RIVERBUS_GAP_TIMEOUT")
+}

@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spf13/cobra"
 
@@ -225,13 +229,16 @@ func (a *app) poolStatusCommand(verb, status string) *cobra.Command {
 }
 
 func (a *app) poolResetCommand() *cobra.Command {
-	var to string
+	var (
+		to   string
+		wait bool
+	)
 	cmd := &cobra.Command{
 		Use:   "reset NAME --to SEQ",
 		Short: "Fan a pool's history out again from a position (rebuild a projection)",
 		Long: `Moves the pool's cursor back so that every event after SEQ becomes a job again.
 --to 0 re-delivers the whole log. Jobs already created are left alone.`,
-		Example: `  riverbus pool reset projections --to 0`,
+		Example: `  riverbus pool reset projections --to 0 --wait`,
 		Args:    exactArgs(1, "a pool name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			seq, err := strconv.ParseInt(to, 10, 64)
@@ -248,10 +255,14 @@ func (a *app) poolResetCommand() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "pool %s reset: events after %d will be fanned out again\n", p.Name, p.Cursor)
+			if wait {
+				return a.waitCaughtUp(cmd.Context(), db, p.Name)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "sequence to restart after (0: the beginning)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "show a progress bar until the pool has caught up (needs a fan-out and workers running)")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
@@ -293,4 +304,39 @@ func orderingLabel(p *fanout.Pool) string {
 		return p.Ordering
 	}
 	return p.Ordering + "/" + p.OnDeadLetter
+}
+
+// waitCaughtUp draws the pool's progress until every event up to the
+// horizon seen at the start is finished, or ctx ends.
+func (a *app) waitCaughtUp(ctx context.Context, db *pgxpool.Pool, pool string) error {
+	h, err := fanout.GetHorizon(ctx, db)
+	if err != nil {
+		return err
+	}
+	target := h.Horizon
+	for {
+		st, err := loadStatus(ctx, db)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, p := range st.Pools {
+			if p.Name != pool {
+				continue
+			}
+			if p.Checkpoint >= target {
+				fmt.Fprintf(a.stdout, "\rpool %s caught up: checkpoint %d\033[K\n", pool, p.Checkpoint)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "\r%s\033[K", progressBar(p.Checkpoint-p.StartAfter, target-p.StartAfter, p.CompletedPerMin))
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(a.stdout)
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -175,20 +175,26 @@ func (r *statusReport) render(w io.Writer) error {
 // progress draws a bar with an ETA for a pool whose fan-out or processing is
 // well behind the horizon.
 func progress(p *poolReport, horizon int64) string {
-	total := horizon - p.StartAfter
-	done := p.Checkpoint - p.StartAfter
-	if total <= 0 || horizon-p.Checkpoint < 1000 {
+	if horizon-p.StartAfter <= 0 || horizon-p.Checkpoint < 1000 {
 		return ""
 	}
-	frac := float64(done) / float64(total)
+	return progressBar(p.Checkpoint-p.StartAfter, horizon-p.StartAfter, p.CompletedPerMin)
+}
+
+// progressBar draws done of total with an ETA at perMinute.
+func progressBar(done, total, perMinute int64) string {
+	frac := 1.0
+	if total > 0 {
+		frac = min(1, max(0, float64(done)/float64(total)))
+	}
 	const width = 30
 	filled := int(frac * width)
 	bar := strings.Repeat("#", filled) + strings.Repeat(".", width-filled)
 	eta := "unknown"
-	if p.CompletedPerMin > 0 {
-		eta = (time.Duration(float64(horizon-p.Checkpoint)/float64(p.CompletedPerMin)) * time.Minute).Round(time.Second).String()
+	if perMinute > 0 {
+		eta = (time.Duration(float64(total-done) / float64(perMinute) * float64(time.Minute))).Round(time.Second).String()
 	}
-	return fmt.Sprintf("[%s] %.1f%%  %d behind  ETA %s", bar, 100*frac, horizon-p.Checkpoint, eta)
+	return fmt.Sprintf("[%s] %.1f%%  %d behind  ETA %s", bar, 100*frac, total-done, eta)
 }
 
 func jobsSummary(jobs map[string]int64) string {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +41,32 @@ type Config struct {
 
 // Load reads the configuration from the environment and validates it. Its
 // error names the offending variable.
-func Load() (*Config, error) {
+func Load() (*Config, error) { return LoadWithFlags(nil) }
+
+// Setting describes one configuration field: its environment variable
+// (without the prefix), the command-line flag that overrides it, its
+// default and its description.
+type Setting struct {
+	Env, Flag, Default, Desc string
+}
+
+// Settings lists every field of Config in order.
+func Settings() []Setting {
+	t := reflect.TypeOf(Config{})
+	out := make([]Setting, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		env := f.Tag.Get("envconfig")
+		out[i] = Setting{Env: env, Flag: strings.ToLower(strings.ReplaceAll(env, "_", "-")),
+			Default: f.Tag.Get("default"), Desc: f.Tag.Get("desc")}
+	}
+	return out
+}
+
+// LoadWithFlags is Load with command-line flags overriding the environment:
+// flags maps a Setting's Flag to its value. The error names the flag or the
+// variable.
+func LoadWithFlags(flags map[string]string) (*Config, error) {
 	var c Config
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		var perr *envconfig.ParseError
@@ -49,15 +75,42 @@ func Load() (*Config, error) {
 		}
 		return nil, fmt.Errorf("read configuration: %w", err)
 	}
+	v := reflect.ValueOf(&c).Elem()
+	for i, s := range Settings() {
+		raw, ok := flags[s.Flag]
+		if !ok {
+			continue
+		}
+		field := v.Field(i)
+		switch field.Interface().(type) {
+		case time.Duration:
+			d, err := time.ParseDuration(raw)
+			if err != nil {
+				return nil, fmt.Errorf("invalid --%s=%q: want a duration such as 5s or 250ms", s.Flag, raw)
+			}
+			field.SetInt(int64(d))
+		case int:
+			n, err := strconv.Atoi(raw)
+			if err != nil {
+				return nil, fmt.Errorf("invalid --%s=%q: want a whole number", s.Flag, raw)
+			}
+			field.SetInt(int64(n))
+		default:
+			field.SetString(raw)
+		}
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return &c, nil
 }
 
-// Validate checks every field and names the variable of the first bad one.
+// Validate checks every field and names the variable (RIVERBUS_X, or flag
+// --x) of the first bad one.
 func (c *Config) Validate() error {
-	v := func(name string) string { return Prefix + "_" + name }
+	v := func(name string) string {
+		return Prefix + "_" + name + " (--" + strings.ToLower(strings.ReplaceAll(name, "_", "-")) + ")"
+	}
 	switch {
 	case c.GapTimeout <= 0:
 		return fmt.Errorf("%s must be positive, got %s", v("GAP_TIMEOUT"), c.GapTimeout)
@@ -99,26 +152,20 @@ func ParseLogLevel(s string) (slog.Level, error) {
 }
 
 // MarkdownTable renders the configuration as the README's table: one row
-// per variable with its default and description, from the struct tags.
+// per variable with its flag, default and description, from the struct tags.
 func MarkdownTable() string {
 	var b strings.Builder
-	b.WriteString("| variable | default | meaning |\n| --- | --- | --- |\n")
-	t := reflect.TypeOf(Config{})
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name := Prefix + "_" + f.Tag.Get("envconfig")
-		if f.Tag.Get("envconfig") == "DATABASE_URL" {
-			name = "`DATABASE_URL` or `" + name + "`"
-		} else {
-			name = "`" + name + "`"
+	b.WriteString("| variable | flag | default | meaning |\n| --- | --- | --- | --- |\n")
+	for _, s := range Settings() {
+		name, flag := "`"+Prefix+"_"+s.Env+"`", "`--"+s.Flag+"`"
+		if s.Env == "DATABASE_URL" {
+			name = "`DATABASE_URL` or " + name
 		}
-		def := f.Tag.Get("default")
-		if def == "" {
-			def = "(empty)"
-		} else {
-			def = "`" + def + "`"
+		def := "(empty)"
+		if s.Default != "" {
+			def = "`" + s.Default + "`"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", name, def, f.Tag.Get("desc"))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, flag, def, s.Desc)
 	}
 	return b.String()
 }

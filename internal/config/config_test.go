@@ -49,14 +49,14 @@ func TestLoadDatabaseURL(t *testing.T) {
 
 func TestLoadErrorsNameTheVariable(t *testing.T) {
 	tests := []struct{ key, value, want string }{
-		{"RIVERBUS_GAP_TIMEOUT", "-3s", "RIVERBUS_GAP_TIMEOUT must be positive, got -3s"},
+		{"RIVERBUS_GAP_TIMEOUT", "-3s", "RIVERBUS_GAP_TIMEOUT (--gap-timeout) must be positive, got -3s"},
 		{"RIVERBUS_GAP_TIMEOUT", "soon", `invalid RIVERBUS_GAP_TIMEOUT="soon"`},
-		{"RIVERBUS_BATCH_SIZE", "0", "RIVERBUS_BATCH_SIZE must be between 1 and 100000, got 0"},
+		{"RIVERBUS_BATCH_SIZE", "0", "RIVERBUS_BATCH_SIZE (--batch-size) must be between 1 and 100000, got 0"},
 		{"RIVERBUS_BATCH_SIZE", "many", `invalid RIVERBUS_BATCH_SIZE="many"`},
 		{"RIVERBUS_LOG_LEVEL", "loud", "RIVERBUS_LOG_LEVEL"},
-		{"RIVERBUS_LOG_FORMAT", "xml", "RIVERBUS_LOG_FORMAT must be text or json"},
-		{"RIVERBUS_UI_USER", "admin", "RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD must be set together"},
-		{"RIVERBUS_UI_ADDR", "nonsense", "RIVERBUS_UI_ADDR must be host:port"},
+		{"RIVERBUS_LOG_FORMAT", "xml", "RIVERBUS_LOG_FORMAT (--log-format) must be text or json"},
+		{"RIVERBUS_UI_USER", "admin", "RIVERBUS_UI_USER (--ui-user) and RIVERBUS_UI_PASSWORD (--ui-password) must be set together"},
+		{"RIVERBUS_UI_ADDR", "nonsense", "RIVERBUS_UI_ADDR (--ui-addr) must be host:port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
@@ -66,4 +66,19 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 			require.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+func TestFlagsOverrideTheEnvironment(t *testing.T) {
+	t.Setenv("RIVERBUS_GAP_TIMEOUT", "7s")
+	t.Setenv("RIVERBUS_BATCH_SIZE", "10")
+	c, err := config.LoadWithFlags(map[string]string{"gap-timeout": "250ms", "log-level": "debug"})
+	require.NoError(t, err)
+	require.Equal(t, "250ms", c.GapTimeout.String())
+	require.Equal(t, 10, c.BatchSize, "unset flags keep the environment's value")
+	require.Equal(t, "debug", c.LogLevel)
+
+	_, err = config.LoadWithFlags(map[string]string{"gap-timeout": "soon"})
+	require.ErrorContains(t, err, `invalid --gap-timeout="soon"`)
+	_, err = config.LoadWithFlags(map[string]string{"batch-size": "0"})
+	require.ErrorContains(t, err, "RIVERBUS_BATCH_SIZE (--batch-size) must be between 1 and 100000, got 0")
 }
