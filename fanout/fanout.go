@@ -121,8 +121,11 @@ func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	// An insert-only River client: no workers, no queues.
-	rc, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: logger})
+	// An insert-only River client: no workers, no queues. Its FetchCooldown
+	// also paces River's insert notifications (one per queue per cooldown):
+	// at River's default of 100 ms most jobs would wait for the workers'
+	// next poll instead of being fetched on notification.
+	rc, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: logger, FetchCooldown: river.FetchCooldownMin})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}

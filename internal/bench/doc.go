@@ -1,0 +1,37 @@
+// Package bench measures riverbus side by side with raw River on the same
+// PostgreSQL, in the same run, and reports whether riverbus meets its
+// targets. `riverbus bench` and `make bench` call Run.
+//
+// # Scenarios
+//
+//   - fanout-1pool, fanout-4pools: the fan-out catching up on a backlog of
+//     events (Fanout.Pass in a loop) against River's InsertManyFast of the
+//     same job rows. Target: riverbus/raw ≥ 0.8.
+//   - drain: a River client with workers.ClientConfig settings working the
+//     jobs the fan-out created against the same number of raw jobs.
+//     Target: riverbus/raw ≥ 0.9.
+//   - latency-200, latency-1000: append commit → handler start with
+//     fanout.Run running, against River's Insert commit → Work start.
+//     Target at 200/s: p50 ≤ 5 ms, p99 ≤ 25 ms.
+//   - rollback-gap: how long a rolled-back transaction holds the horizon
+//     back. Target: p99 ≤ 100 ms. No raw River equivalent.
+//   - backlog: catch-up time and peak RSS of a fan-out process (a child
+//     process built with `go build` from internal/bench/fanoutproc, so it
+//     needs the source and a Go toolchain) over 100k and 1M events, once per
+//     size. Target: peak RSS ≤ 100 MB, and at most 1.25× from 100k to 1M.
+//   - ordered-vs-unordered: a pool with per-key ordering against the same
+//     pool unordered (fan-out and drain throughput; here the baseline column
+//     is the unordered pool). Skipped while fanout.PoolParams has no
+//     Ordering field.
+//
+// # Method
+//
+// Every measurement runs on a fresh database created from a migrated
+// template (CREATE DATABASE … TEMPLATE …), so runs do not disturb each
+// other. riverbus runs on the riverbus schema (River's migrations plus
+// riverbus's); raw River runs on River's migrations alone, so the baseline is
+// what an application without riverbus gets. Paired measurements alternate
+// which side goes first from run to run (A/B, B/A, …), and a CHECKPOINT
+// precedes every timed phase. Figures are the median over runs with the
+// spread (min–max); ratios are computed per run, then summarised.
+package bench

@@ -1,0 +1,240 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/riverbus/riverbus/internal/pgserver"
+	"github.com/riverbus/riverbus/migrations"
+)
+
+// schema says which template a measurement's database is created from.
+type schema int
+
+const (
+	// schemaRiverbus: River's migrations and riverbus's (migrations.Up).
+	schemaRiverbus schema = iota
+	// schemaRiver: River's migrations alone, for raw River baselines.
+	schemaRiver
+)
+
+// env is what every scenario shares: the server, the two template
+// databases, loggers and the options.
+type env struct {
+	opts  Opts
+	log   *slog.Logger // progress
+	quiet *slog.Logger // River and the fan-out: warnings and errors only
+
+	server     *pgserver.Server // nil with Opts.DatabaseURL
+	adminURL   string
+	admin      *pgx.Conn
+	prefix     string
+	counter    int
+	templates  map[schema]string
+	serverDesc string
+	pgVersion  string
+
+	fanoutProc string // built on first use by the backlog scenario
+	tmpDir     string
+}
+
+func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
+	e := &env{
+		opts:      o,
+		log:       o.Logger,
+		quiet:     slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}),
+		prefix:    fmt.Sprintf("rbbench_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000),
+		templates: map[schema]string{},
+	}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	e.adminURL = o.DatabaseURL
+	if e.adminURL == "" {
+		e.log.Info("bench: starting a throwaway PostgreSQL (durable: fsync and synchronous_commit on)")
+		srv, err := pgserver.Start(ctx, pgserver.Opts{
+			Durable: true,
+			// BASELINE.md was measured with 256MB.
+			Settings: map[string]string{"shared_buffers": "256MB"},
+			Logf:     func(format string, args ...any) { e.log.Info("bench: " + fmt.Sprintf(format, args...)) },
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: start PostgreSQL: %w", err)
+		}
+		e.server = srv
+		e.adminURL = srv.URL("postgres")
+	}
+	if e.admin, err = pgx.Connect(ctx, e.adminURL); err != nil {
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	var fsync, syncCommit, sharedBuffers string
+	if err := e.admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(&e.pgVersion, &fsync, &syncCommit, &sharedBuffers); err != nil {
+		return nil, fmt.Errorf("bench: read server settings: %w", err)
+	}
+	where := "DATABASE_URL server"
+	if e.server != nil {
+		where = "throwaway server"
+	}
+	e.serverDesc = fmt.Sprintf("PostgreSQL %s (%s; fsync %s, synchronous_commit %s, shared_buffers %s)",
+		strings.Fields(e.pgVersion)[0], where, fsync, syncCommit, sharedBuffers)
+
+	if e.tmpDir, err = os.MkdirTemp("", "riverbus-bench-"); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	for _, s := range []schema{schemaRiverbus, schemaRiver} {
+		if err := e.createTemplate(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *env) createTemplate(ctx context.Context, s schema) error {
+	name := fmt.Sprintf("%s_tpl%d", e.prefix, s)
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+ident(name)); err != nil {
+		return fmt.Errorf("bench: create template database: %w", err)
+	}
+	e.templates[s] = name
+	pool, err := pgxpool.New(ctx, withDatabase(e.adminURL, name))
+	if err != nil {
+		return fmt.Errorf("bench: connect to template: %w", err)
+	}
+	defer pool.Close()
+	if s == schemaRiverbus {
+		if _, err := migrations.Up(ctx, pool); err != nil {
+			return fmt.Errorf("bench: migrate template: %w", err)
+		}
+		return nil
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: e.quiet})
+	if err != nil {
+		return fmt.Errorf("bench: river migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("bench: migrate River template: %w", err)
+	}
+	return nil
+}
+
+func (e *env) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if e.admin != nil {
+		for _, name := range e.templates {
+			_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+		}
+		_ = e.admin.Close(ctx)
+	}
+	if e.server != nil {
+		_ = e.server.Stop()
+	}
+	if e.tmpDir != "" {
+		_ = os.RemoveAll(e.tmpDir)
+	}
+}
+
+// database is a fresh database for one measurement.
+type database struct {
+	e    *env
+	name string
+	url  string
+}
+
+// newDatabase creates a fresh database from the template of schema s.
+func (e *env) newDatabase(ctx context.Context, s schema) (*database, error) {
+	e.counter++
+	name := fmt.Sprintf("%s_%d", e.prefix, e.counter)
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(e.templates[s])); err != nil {
+		return nil, fmt.Errorf("create database from template: %w", err)
+	}
+	return &database{e: e, name: name, url: withDatabase(e.adminURL, name)}, nil
+}
+
+// drop drops the database, closing connections still open to it.
+func (d *database) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := d.e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(d.name)+" WITH (FORCE)"); err != nil {
+		d.e.log.Warn("bench: drop database", "database", d.name, "error", err)
+	}
+}
+
+// connect opens a pool of at most maxConns connections to the database.
+func (d *database) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return pool, nil
+}
+
+// settle analyzes the database and checkpoints the server, so that neither
+// autovacuum's first analyze nor a checkpoint lands in a timed phase more
+// often on one side than the other.
+func (d *database) settle(ctx context.Context, db *pgxpool.Pool) error {
+	if _, err := db.Exec(ctx, "ANALYZE"); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	if _, err := d.e.admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		d.e.log.Debug("bench: CHECKPOINT not allowed; timings may include one", "error", err)
+	}
+	return nil
+}
+
+// scaled returns n×Scale, at least lo.
+func (e *env) scaled(n int, lo int) int {
+	return max(lo, int(math.Round(float64(n)*e.opts.Scale)))
+}
+
+// riverbusFirst reports whether riverbus goes first in run i: A/B, B/A, …
+func riverbusFirst(run int) bool { return run%2 == 0 }
+
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// withDatabase returns rawURL pointing at database.
+func withDatabase(rawURL, database string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" {
+		// key=value form: a later dbname wins.
+		return strings.TrimSpace(rawURL) + " dbname=" + database
+	}
+	u.Path = "/" + database
+	return u.String()
+}
+
+// minLevel drops records below level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.level}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.level}
+}

@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/riverbus/riverbus/fanout"
+)
+
+// The events of ordered-vs-unordered: orderedEvents over orderedKeys keys
+// taking turns.
+const (
+	orderedEvents = 10_000
+	orderedKeys   = 200
+)
+
+// runOrdered: a key-ordered pool against the same pool unordered: how fast
+// the fan-out creates the jobs, and how fast River completes them, with
+// orderedEvents events over orderedKeys keys.
+//
+// It reports itself skipped while fanout.PoolParams has no Ordering field.
+// The field is set by reflection, so this package builds whether or not
+// ordered pools exist.
+func runOrdered(ctx context.Context, e *env) ([]Result, error) {
+	const name = "ordered-vs-unordered"
+	ordered := func(p *fanout.PoolParams) { p.Ordering = fanout.OrderingKey }
+	unordered := func(p *fanout.PoolParams) { p.Ordering = fanout.OrderingNone }
+	n, keys := e.scaled(orderedEvents, 50), e.scaled(orderedKeys, 10)
+	type sample struct{ Fan, Drain float64 }
+	side := func(opt func(*fanout.PoolParams)) func(ctx context.Context) (sample, error) {
+		return func(ctx context.Context) (sample, error) {
+			fan, drain, err := fanOutAndDrain(ctx, e, n, keys, opt)
+			return sample{fan, drain}, err
+		}
+	}
+	os, us, err := measurePair(ctx, e, name, side(ordered), side(unordered))
+	if err != nil {
+		return nil, err
+	}
+	pick := func(s []sample, drain bool) []float64 {
+		out := make([]float64, len(s))
+		for i, x := range s {
+			out[i] = x.Fan
+			if drain {
+				out[i] = x.Drain
+			}
+		}
+		return out
+	}
+	note := fmt.Sprintf("here RIVERBUS is a pool with Ordering \"key\" and RAW RIVER the same pool unordered (not raw River); %d events over %d keys; drain as in the drain scenario", n, keys)
+	return []Result{
+		paired(name, "fan-out throughput", "jobs/s", pick(os, false), pick(us, false), nil, note),
+		paired(name, "drain throughput", "jobs/s", pick(os, true), pick(us, true), nil, note),
+	}, nil
+}
+
+// orderingOption returns an option that sets PoolParams.Ordering to v, if
+// the field exists.

@@ -1,0 +1,285 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/workers"
+)
+
+const (
+	fanoutEvents = 100_000
+	drainJobs    = 50_000
+	// drainWorkers is the queue's MaxWorkers in the drain scenario.
+	drainWorkers = 100
+	// poolConns is the connection pool size of every fan-out, appender and
+	// inserter (the CLI's minimum); workerConns that of River clients that
+	// work jobs.
+	poolConns   = 10
+	workerConns = 20
+	// phaseTimeout bounds every timed phase.
+	phaseTimeout = 10 * time.Minute
+)
+
+// measurePair runs riverbus and raw once per run, alternating which goes
+// first, and returns their figures in run order.
+func measurePair[T any](ctx context.Context, e *env, name string, rb, raw func(ctx context.Context) (T, error)) (rbs, raws []T, err error) {
+	for run := range e.opts.Runs {
+		sides := []struct {
+			side string
+			f    func(ctx context.Context) (T, error)
+			out  *[]T
+		}{{"riverbus", rb, &rbs}, {"raw River", raw, &raws}}
+		if !riverbusFirst(run) {
+			sides[0], sides[1] = sides[1], sides[0]
+		}
+		for _, s := range sides {
+			v, err := s.f(ctx)
+			if err != nil {
+				return nil, nil, fmt.Errorf("run %d, %s: %w", run+1, s.side, err)
+			}
+			e.log.Info("bench: measured", "scenario", name, "run", run+1, "side", s.side, "value", fmt.Sprintf("%+v", v))
+			*s.out = append(*s.out, v)
+		}
+	}
+	return rbs, raws, nil
+}
+
+// runFanout: the fan-out catching up on n events for pools pools, against
+// River's InsertManyFast of the same n×pools job rows.
+func runFanout(ctx context.Context, e *env, name string, pools int) ([]Result, error) {
+	n := e.scaled(fanoutEvents, 100)
+	var rbSize, rawSize float64
+	rb := func(ctx context.Context) (float64, error) {
+		rate, size, err := fanoutRiverbus(ctx, e, n, pools)
+		rbSize = size
+		return rate, err
+	}
+	raw := func(ctx context.Context) (float64, error) {
+		rate, size, err := fanoutRaw(ctx, e, n, pools)
+		rawSize = size
+		return rate, err
+	}
+	rbs, raws, err := measurePair(ctx, e, name, rb, raw)
+	if err != nil {
+		return nil, err
+	}
+	conc := min(pools, fanout.WorkersDefault)
+	note := fmt.Sprintf("%d events × %d pool(s), BatchSize %d, Pass loop; raw: InsertManyFastTx of the same %d jobs, %d per tx, %d inserter(s); args ≈ %.0f B (raw %.0f B)",
+		n, pools, insertBatch, n*pools, insertBatch, conc, rbSize, rawSize)
+	return []Result{paired(name, "throughput", "jobs/s", rbs, raws, &Target{Of: "ratio", Op: ">=", Value: 0.8}, note)}, nil
+}
+
+func fanoutRiverbus(ctx context.Context, e *env, n, pools int) (rate, size float64, err error) {
+	d, err := e.newDatabase(ctx, schemaRiverbus)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer d.drop()
+	db, err := d.connect(ctx, poolConns)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	last, err := copyEvents(ctx, db, n, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := createPools(ctx, db, pools); err != nil {
+		return 0, 0, err
+	}
+	if err := d.settle(ctx, db); err != nil {
+		return 0, 0, err
+	}
+	f, err := fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := catchUp(ctx, f, db, last, phaseTimeout); err != nil {
+		return 0, 0, err
+	}
+	elapsed := time.Since(start)
+	if err := expectJobs(ctx, db, n*pools, ""); err != nil {
+		return 0, 0, err
+	}
+	size, err = argsSize(ctx, db)
+	return float64(n*pools) / elapsed.Seconds(), size, err
+}
+
+func fanoutRaw(ctx context.Context, e *env, n, pools int) (rate, size float64, err error) {
+	d, err := e.newDatabase(ctx, schemaRiver)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer d.drop()
+	db, err := d.connect(ctx, poolConns)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
+	if err != nil {
+		return 0, 0, err
+	}
+	batches := rawBatches(rawEvents(n), poolNames(pools))
+	if err := d.settle(ctx, db); err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := insertRaw(ctx, client, db, batches, min(pools, fanout.WorkersDefault)); err != nil {
+		return 0, 0, err
+	}
+	elapsed := time.Since(start)
+	if err := expectJobs(ctx, db, n*pools, ""); err != nil {
+		return 0, 0, err
+	}
+	size, err = argsSize(ctx, db)
+	return float64(n*pools) / elapsed.Seconds(), size, err
+}
+
+// expectJobs checks that the database holds want jobs (in state, when set).
+func expectJobs(ctx context.Context, db *pgxpool.Pool, want int, state string) error {
+	var got int
+	if err := db.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE $1 = '' OR state::text = $1", state).Scan(&got); err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("expected %d jobs %s, found %d", want, state, got)
+	}
+	return nil
+}
+
+// runDrain: a River client with riverbus's recommended settings completing
+// jobs the fan-out created, against the same number of raw River jobs.
+func runDrain(ctx context.Context, e *env) ([]Result, error) {
+	n := e.scaled(drainJobs, 50)
+	rb := func(ctx context.Context) (float64, error) {
+		_, rate, err := fanOutAndDrain(ctx, e, n, 0)
+		return rate, err
+	}
+	raw := func(ctx context.Context) (float64, error) {
+		d, err := e.newDatabase(ctx, schemaRiver)
+		if err != nil {
+			return 0, err
+		}
+		defer d.drop()
+		db, err := d.connect(ctx, workerConns)
+		if err != nil {
+			return 0, err
+		}
+		defer db.Close()
+		client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
+		if err != nil {
+			return 0, err
+		}
+		if err := insertRaw(ctx, client, db, rawBatches(rawEvents(n), poolNames(1)), 1); err != nil {
+			return 0, err
+		}
+		if err := d.settle(ctx, db); err != nil {
+			return 0, err
+		}
+		return drain(ctx, e, db, n)
+	}
+	rbs, raws, err := measurePair(ctx, e, "drain", rb, raw)
+	if err != nil {
+		return nil, err
+	}
+	note := fmt.Sprintf("%d no-op jobs, workers.ClientConfig (FetchCooldown %s, FetchPollInterval %s), MaxWorkers %d, timed from Client.Start to the last completed event",
+		n, workers.FetchCooldownDefault, workers.FetchPollIntervalDefault, drainWorkers)
+	return []Result{paired("drain", "throughput", "jobs/s", rbs, raws, &Target{Of: "ratio", Op: ">=", Value: 0.9}, note)}, nil
+}
+
+// fanOutAndDrain appends n events (keys as for eventKeyOf), creates one
+// pool with opts, and returns how fast the fan-out created the pool's jobs
+// and how fast a River client then completed them.
+func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*fanout.PoolParams)) (fanRate, drainRate float64, err error) {
+	d, err := e.newDatabase(ctx, schemaRiverbus)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer d.drop()
+	db, err := d.connect(ctx, workerConns)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	last, err := copyEvents(ctx, db, n, keys)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := createPools(ctx, db, 1, opts...); err != nil {
+		return 0, 0, err
+	}
+	if err := d.settle(ctx, db); err != nil {
+		return 0, 0, err
+	}
+	f, err := fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := catchUp(ctx, f, db, last, phaseTimeout); err != nil {
+		return 0, 0, err
+	}
+	fanRate = float64(n) / time.Since(start).Seconds()
+	if err := d.settle(ctx, db); err != nil {
+		return 0, 0, err
+	}
+	drainRate, err = drain(ctx, e, db, n)
+	return fanRate, drainRate, err
+}
+
+// drain starts a River client with the recommended settings and a no-op
+// worker, and returns how many jobs per second it completed until all n were
+// completed.
+func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int) (float64, error) {
+	w := river.NewWorkers()
+	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
+	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Logger: e.quiet})
+	if err != nil {
+		return 0, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	if err != nil {
+		return 0, err
+	}
+	completed, unsubscribe := client.SubscribeConfig(&river.SubscribeConfig{
+		Kinds:    []river.EventKind{river.EventKindJobCompleted},
+		ChanSize: n + 1000, // never drop one
+	})
+	defer unsubscribe()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer stopClient(client)
+	timeout := time.NewTimer(phaseTimeout)
+	defer timeout.Stop()
+	for done := 0; done < n; {
+		select {
+		case <-completed:
+			done++
+		case <-timeout.C:
+			return 0, fmt.Errorf("drain: %d of %d jobs completed after %s", done, n, phaseTimeout)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func stopClient(c *river.Client[pgx.Tx]) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		_ = c.StopAndCancel(context.Background())
+	}
+}
