@@ -155,7 +155,13 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 			}
 			units = append(units, normal...)
 			if anySkipped {
-				if _, err := tx.Exec(ctx, sqlPoolLateRecordRange, name, p.cursor, newCursor); err != nil {
+				// Only the skipped sequences this batch read: one that
+				// commits after the read above is left to the late path.
+				read := make([]int64, len(events))
+				for i, e := range events {
+					read[i] = e.GlobalSequence
+				}
+				if _, err := tx.Exec(ctx, sqlPoolLateRecordRange, name, read); err != nil {
 					return fmt.Errorf("record skipped sequences passed: %w", err)
 				}
 			}

@@ -147,13 +147,13 @@ ORDER BY e.global_sequence LIMIT $4`
 WHERE e.global_sequence > $1 AND e.global_sequence <= $2 AND e.tags @> $3 AND e.type = ANY($5)
 ORDER BY e.global_sequence LIMIT $4`
 
-	// Skipped sequences that became visible and that the normal path just
-	// passed over (whether delivered or filtered out): recorded so the late
-	// path does not deliver them again.
+	// Skipped sequences that the normal path just read (and delivered):
+	// recorded so the late path does not deliver them again. Skipped
+	// sequences it did not read (filtered out, or committed after the read)
+	// are left to the late path, which records them when it handles them.
 	sqlPoolLateRecordRange = `INSERT INTO riverbus_pool_late (pool, sequence)
 SELECT $1, s.sequence FROM riverbus_skipped s
-WHERE s.sequence > $2 AND s.sequence <= $3
-	AND EXISTS (SELECT 1 FROM riverbus_event e WHERE e.global_sequence = s.sequence)
+WHERE s.sequence = ANY($2::bigint[])
 ON CONFLICT DO NOTHING`
 
 	// Late events for a pool: skipped sequences at or below its cursor that
