@@ -61,7 +61,7 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(200 * time.Millisecond)
 	tr.onEventsRead = func() { require.NoError(t, a.Commit(ctx)) } // x commits right after the batch read (cursor, H]
-	_, err = f.Pass(ctx) // skips x, fans out y
+	_, err = f.Pass(ctx)                                           // skips x, fans out y
 	require.NoError(t, err)
 	for range 5 {
 		_, err = f.Pass(ctx)
