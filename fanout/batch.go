@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -68,12 +66,6 @@ type unit struct {
 	lane  string
 	late  bool
 }
-
-// laneLockAttempts bounds how long a batch tries for its lanes' locks
-// before giving the pool up until the next pass.
-const laneLockAttempts = 200
-
-var errLanesBusy = errors.New("lanes busy: releases in progress")
 
 // FanOutPool runs one batch for pool name in one transaction: lock the pool
 // row (skipping it when another instance has it), turn the events in
@@ -185,9 +177,6 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 		res.Jobs, res.Late, res.Cursor = len(units), lateCount, newCursor
 		return nil
 	})
-	if errors.Is(err, errLanesBusy) {
-		return BatchResult{Pool: name}, true, nil // try again in the next pass
-	}
 	if err != nil {
 		return BatchResult{}, false, fmt.Errorf("fan out pool %q: %w", name, err)
 	}
@@ -333,32 +322,31 @@ func (f *Fanout) insertParams(ctx context.Context, tx pgx.Tx, p *lockedPool, uni
 	return params, nil
 }
 
-// lockLanes takes the exclusive advisory locks of the lanes' buckets, all or
-// none: a savepoint is rolled back (releasing the ones it got) when any is
-// held by a release in progress, and the batch tries again shortly.
+// lockLanes takes the exclusive advisory locks of the lanes' buckets. First
+// all at once with try-locks (the common case: no release in progress);
+// when one is busy, it waits for them in bucket order. PostgreSQL queues new
+// shared requests behind a waiting exclusive one, so a steady stream of
+// releases (each holding its bucket's lock shared for one short
+// transaction) cannot starve the batch, as try-locks alone did.
 func lockLanes(ctx context.Context, tx pgx.Tx, pool string, lanes []string) error {
-	for attempt := 0; attempt < laneLockAttempts; attempt++ {
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		var ok bool
-		if err := sp.QueryRow(ctx, sqlLaneTryLock, pool, lanes).Scan(&ok); err != nil {
-			return fmt.Errorf("lock lanes: %w", err)
-		}
-		if ok {
-			return sp.Commit(ctx) // RELEASE SAVEPOINT keeps the locks
-		}
-		if err := sp.Rollback(ctx); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(500+rand.IntN(2000)) * time.Microsecond):
-		}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
 	}
-	return errLanesBusy
+	var ok bool
+	if err := sp.QueryRow(ctx, sqlLaneTryLock, pool, lanes).Scan(&ok); err != nil {
+		return fmt.Errorf("lock lanes: %w", err)
+	}
+	if ok {
+		return sp.Commit(ctx) // RELEASE SAVEPOINT keeps the locks
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sqlLaneLock, pool, lanes); err != nil {
+		return fmt.Errorf("lock lanes: %w", err)
+	}
+	return nil
 }
 
 func (p *lockedPool) matches(e outbox.Event) bool { return filterMatches(p.eventTypes, p.tags, e) }

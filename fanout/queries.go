@@ -181,6 +181,12 @@ ORDER BY e.global_sequence`
 	sqlLaneTryLock = `SELECT coalesce(bool_and(pg_try_advisory_xact_lock(riverbus_lane_lock_class($1), b)), true)
 FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l) s`
 
+	// The same locks, waiting for each in bucket order (a release holds
+	// only one bucket at a time, so the order rules out deadlocks with
+	// releases done one job per transaction).
+	sqlLaneLock = `SELECT count(pg_advisory_xact_lock(riverbus_lane_lock_class($1), b))
+FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l ORDER BY 1) s`
+
 	// Lanes with a job in flight (anything unfinished but pending), or,
 	// when the pool blocks on dead letters, with a dead letter.
 	sqlBusyLanes = `SELECT DISTINCT metadata->>'riverbus_lane' FROM river_job

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -17,10 +18,23 @@ import (
 // about 100 ms later, and a key's events would run at a few per second.
 // River's completer then finds the job completed already and leaves it.
 //
+// The extra transaction per job pays off while a process works few lane
+// jobs at once (latency is what matters then); under load River's batched
+// completer is cheaper and the lanes are kept busy by the queue's backlog,
+// so above LaneHandoffBusy lane jobs in flight in this process it leaves
+// completion to River (measured: 5,000 jobs over 200 keys with 100 workers
+// drained twice as fast that way, while one key's hand-off takes about
+// 10 ms with it against River's ~100 ms batching without).
+//
 // ClientConfig installs it. Jobs of unordered pools pass through untouched.
 type LaneHandoff struct {
 	river.MiddlewareDefaults
+	inFlight atomic.Int64
 }
+
+// LaneHandoffBusy is how many lane jobs may be in flight in one process
+// before LaneHandoff leaves completion to River's batched completer.
+const LaneHandoffBusy = 8
 
 type handoffArgs struct{}
 
@@ -28,11 +42,13 @@ func (handoffArgs) Kind() string { return "" }
 
 // Work runs the job and, for a lane job that succeeded, completes it now.
 func (m *LaneHandoff) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	if err := doInner(ctx); err != nil {
-		return err
-	}
 	if !hasLane(job.Metadata) {
-		return nil
+		return doInner(ctx)
+	}
+	busy := m.inFlight.Add(1) > LaneHandoffBusy
+	defer m.inFlight.Add(-1)
+	if err := doInner(ctx); err != nil || busy {
+		return err
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
