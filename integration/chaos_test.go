@@ -743,7 +743,16 @@ chaos:
 	require.Zero(t, violations, "order violations: %v", examples[:min(len(examples), 10)])
 	require.Empty(t, badHooks, "malformed webhook deliveries")
 	require.Zero(t, discarded, "dead letters")
-	require.GreaterOrEqual(t, h.LateEvents, int64(1), "late events delivered")
+	// A late event needs a long transaction to outlive the gap timeout
+	// while the horizon is moving; in a 30 s run the kills and the
+	// PostgreSQL restart can leave no such window (it happened once in
+	// about a dozen runs), so only longer runs require one. The late path
+	// itself is covered deterministically by the fanout tests.
+	if dur >= time.Minute {
+		require.GreaterOrEqual(t, h.LateEvents, int64(1), "late events delivered")
+	} else if h.LateEvents == 0 {
+		t.Log("no late event in this short run")
+	}
 	require.Len(t, lateSeqs, int(h.LateEvents), "every late event recorded")
 	require.Empty(t, lateWrong, "late events with other than one job per pool")
 	require.Equal(t, 1, pgRestarts)
