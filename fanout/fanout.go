@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,9 +94,9 @@ func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.GapTimeout = cmpOrDur(c.GapTimeout, GapTimeoutDefault)
-	c.GapCheckInterval = cmpOrDur(c.GapCheckInterval, GapCheckIntervalDefault)
-	c.PollInterval = cmpOrDur(c.PollInterval, PollIntervalDefault)
+	c.GapTimeout = cmp.Or(c.GapTimeout, GapTimeoutDefault)
+	c.GapCheckInterval = cmp.Or(c.GapCheckInterval, GapCheckIntervalDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	if c.BatchSize == 0 {
 		c.BatchSize = BatchSizeDefault
 	}
@@ -134,13 +135,6 @@ func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
 		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}},
 		wake:  make(chan struct{}, 1),
 	}, nil
-}
-
-func cmpOrDur(a, b time.Duration) time.Duration {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // Stats returns a copy of this instance's counters.
@@ -282,11 +276,6 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 		res.Holding = true
 	}
 	res.Holding = res.Holding || res.Horizon.Holding
-	if res.Horizon.Late > 0 || res.Horizon.Forgotten > 0 {
-		if _, err := RetireLateEvents(ctx, f.db); err != nil {
-			return res, err
-		}
-	}
 
 	// The safety net of ordered pools, a few times a second.
 	f.mu.Lock()
@@ -320,6 +309,7 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 	var (
 		mu       sync.Mutex
 		firstErr error
+		late     int // late events the pools delivered in this pass
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, f.cfg.Workers)
 	)
@@ -339,12 +329,15 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 				return
 			}
 			res.Jobs += b.Jobs
+			late += b.Late
 			res.More = res.More || full
 		}()
 	}
 	wg.Wait()
-	if firstErr == nil && res.Horizon.Late > 0 {
-		// Pools may now have delivered every late event.
+	if firstErr == nil && (res.Horizon.Late > 0 || late > 0) {
+		// Pools may now have handled every late event: retire those, once
+		// per pass, after the pools (a pool that delivers its late events in
+		// a later pass triggers it then).
 		_, firstErr = RetireLateEvents(ctx, f.db)
 	}
 	res.More = res.More || (res.Horizon.More && res.Horizon.Moved)

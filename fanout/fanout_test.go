@@ -2,7 +2,6 @@ package fanout_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -647,7 +646,8 @@ func TestPoolAPI(t *testing.T) {
 
 	require.Equal(t, "billing_v2", fanout.DefaultQueue("Billing.v2"))
 	require.Equal(t, "a_b", fanout.DefaultQueue("a::b"))
-	require.True(t, errors.Is(err, nil) || err == nil)
+	require.Equal(t, "now", fanout.FromNow.String())
+	require.Equal(t, "beginning", fanout.StartPosition{}.String(), "zero value is the beginning")
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,7 +150,7 @@ func (p StartPosition) String() string {
 	if p.kind == "after" {
 		return strconv.FormatInt(p.after, 10)
 	}
-	return cmpOr(p.kind, "beginning")
+	return cmp.Or(p.kind, "beginning")
 }
 
 // PoolParams are the settings of CreatePool.
@@ -200,7 +201,7 @@ func DefaultQueue(name string) string {
 	if len(q) > 64 {
 		q = strings.Trim(q[:64], "_")
 	}
-	return cmpOr(q, "default")
+	return cmp.Or(q, "default")
 }
 
 func (p *PoolParams) normalize() error {
@@ -237,15 +238,15 @@ func (p *PoolParams) normalize() error {
 	if p.Priority < 1 || p.Priority > 4 {
 		return fmt.Errorf("%w: priority must be between 1 and 4, got %d", ErrInvalidPool, p.Priority)
 	}
-	p.Ordering = cmpOr(p.Ordering, OrderingNone)
+	p.Ordering = cmp.Or(p.Ordering, OrderingNone)
 	if p.Ordering != OrderingNone && p.Ordering != OrderingKey && p.Ordering != OrderingGlobal {
 		return fmt.Errorf("%w: ordering must be none, key or global, got %q", ErrInvalidPool, p.Ordering)
 	}
-	p.OnDeadLetter = cmpOr(p.OnDeadLetter, DeadLetterRelease)
+	p.OnDeadLetter = cmp.Or(p.OnDeadLetter, DeadLetterRelease)
 	if p.OnDeadLetter != DeadLetterRelease && p.OnDeadLetter != DeadLetterBlock {
 		return fmt.Errorf("%w: on dead letter must be release or block, got %q", ErrInvalidPool, p.OnDeadLetter)
 	}
-	p.Grouping = cmpOr(p.Grouping, GroupNone)
+	p.Grouping = cmp.Or(p.Grouping, GroupNone)
 	if p.Grouping != GroupNone && p.Grouping != GroupTransaction {
 		return fmt.Errorf("%w: grouping must be none or transaction, got %q", ErrInvalidPool, p.Grouping)
 	}
@@ -462,13 +463,6 @@ func translatePoolErr(err error) error {
 		return fmt.Errorf("%w: %s", ErrInvalidPool, pgErr.ConstraintName)
 	}
 	return err
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // ErrPoolBusy is returned by DeletePool for a pool with unfinished jobs when

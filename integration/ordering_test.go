@@ -346,9 +346,6 @@ func TestTransactionGroups(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	type job struct {
-		args groupArgs
-	}
 	load := func(pool string) []workers.GroupArgs {
 		rows, err := db.Query(ctx, `SELECT args FROM river_job WHERE kind = $1 ORDER BY id`, pool)
 		require.NoError(t, err)
@@ -388,7 +385,6 @@ func TestTransactionGroups(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{"A": 750, "B": 750}, perKey)
 	require.Len(t, byKey, 2+len(small))
-	_ = job{}
 }
 
 // ---- several worker processes ----
