@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/riverbus/riverbus/outbox"
@@ -328,6 +332,14 @@ func (f *Fanout) insertParams(ctx context.Context, tx pgx.Tx, p *lockedPool, uni
 // shared requests behind a waiting exclusive one, so a steady stream of
 // releases (each holding its bucket's lock shared for one short
 // transaction) cannot starve the batch, as try-locks alone did.
+//
+// A release that completes several jobs in one statement (River's batch
+// completer, the sweep) takes their buckets shared in row order, not bucket
+// order, so waiting in bucket order can still close a cycle with one. The
+// wait is therefore bounded by laneLockWait, well under PostgreSQL's
+// deadlock_timeout: on timeout the batch gives back the buckets it got (a
+// savepoint), lets the release through and tries again, instead of waiting
+// for the deadlock detector to abort one side a second later.
 func lockLanes(ctx context.Context, tx pgx.Tx, pool string, lanes []string) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
@@ -343,11 +355,41 @@ func lockLanes(ctx context.Context, tx pgx.Tx, pool string, lanes []string) erro
 	if err := sp.Rollback(ctx); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, sqlLaneLock, pool, lanes); err != nil {
-		return fmt.Errorf("lock lanes: %w", err)
+	for attempt := 1; ; attempt++ {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		var prev, set string
+		if err := sp.QueryRow(ctx, sqlSetLockTimeout, fmt.Sprintf("%dms", laneLockWait.Milliseconds())).Scan(&prev, &set); err != nil {
+			return fmt.Errorf("lock lanes: %w", err)
+		}
+		if _, err = sp.Exec(ctx, sqlLaneLock, pool, lanes); err == nil {
+			if err := sp.QueryRow(ctx, sqlSetLockTimeout, prev).Scan(&prev, &set); err != nil {
+				return fmt.Errorf("lock lanes: %w", err)
+			}
+			return sp.Commit(ctx)
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.LockNotAvailable {
+			return fmt.Errorf("lock lanes: %w", err)
+		}
+		// Rolling back to the savepoint frees the buckets taken so far and
+		// restores lock_timeout.
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(rand.Int64N(int64(min(attempt, 10)) * int64(5*time.Millisecond)))):
+		}
 	}
-	return nil
 }
+
+// laneLockWait bounds a batch's wait for one lane bucket; it must stay well
+// below PostgreSQL's deadlock_timeout (1 s by default).
+const laneLockWait = 100 * time.Millisecond
 
 func (p *lockedPool) matches(e outbox.Event) bool { return filterMatches(p.eventTypes, p.tags, e) }
 

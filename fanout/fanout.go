@@ -334,10 +334,12 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 		}()
 	}
 	wg.Wait()
-	if firstErr == nil && (res.Horizon.Late > 0 || late > 0) {
+	if firstErr == nil && (res.Horizon.Late > 0 || res.Horizon.LatePending > 0 || late > 0) {
 		// Pools may now have handled every late event: retire those, once
-		// per pass, after the pools (a pool that delivers its late events in
-		// a later pass triggers it then).
+		// per pass, after the pools. While any late record is left, every
+		// pass that runs the round tries again: a pool that lagged behind
+		// handles the event on its normal path, which counts as no late
+		// delivery, so nothing else would trigger the retirement.
 		_, firstErr = RetireLateEvents(ctx, f.db)
 	}
 	res.More = res.More || (res.Horizon.More && res.Horizon.Moved)

@@ -2,6 +2,7 @@ package fanout_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -759,4 +760,105 @@ func TestGapWithXidBoundFromAnotherClusterDoesNotStall(t *testing.T) {
 		return horizon(t, b.db).Horizon >= after && c[after] == 1
 	})
 	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped, "passed by the timeout, watched")
+}
+
+// A skipped sequence commits while one pool has not yet reached it: that
+// pool delivers it on its normal path in a later pass, with no late event
+// left to trigger anything. The late record must still be retired, or the
+// horizon watches it for ever (seen in a chaos run).
+func TestLateEventRetiredWhenLaggingPoolReadsItNormally(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "ahead"})
+	createPool(t, b.db, fanout.PoolParams{Name: "behind"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: 100 * time.Millisecond})
+
+	_, _, err := fanout.SetPoolStatus(ctx, b.db, "behind", fanout.PoolPaused)
+	require.NoError(t, err)
+	txA, n := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "after")
+	pass(t, f) // records the gap at n
+	time.Sleep(150 * time.Millisecond)
+	pass(t, f) // skips n, "ahead" gets after
+	require.NoError(t, txA.Commit(ctx))
+	pass(t, f) // n is late: "ahead" gets it late; "behind" is paused
+	ca, late := jobs(t, b.db, "ahead")
+	require.Equal(t, map[int64]int{n: 1, after: 1}, ca)
+	require.True(t, late[n])
+
+	_, _, err = fanout.SetPoolStatus(ctx, b.db, "behind", fanout.PoolActive)
+	require.NoError(t, err)
+	for range 3 {
+		pass(t, f)
+	}
+	cb, lateB := jobs(t, b.db, "behind")
+	require.Equal(t, map[int64]int{n: 1, after: 1}, cb)
+	require.False(t, lateB[n], "the lagging pool read it in order: not late for it")
+	var left int
+	require.NoError(t, b.db.QueryRow(ctx, "SELECT count(*) FROM riverbus_skipped").Scan(&left))
+	require.Zero(t, left, "late record retired once every pool handled it")
+}
+
+// A release that takes two lane buckets shared in the wrong order (River's
+// batch completer finishing jobs of two keys in one statement) while a
+// batch waits for them in bucket order: the batch must step back and let the
+// release through rather than deadlock (PostgreSQL would abort one side
+// after deadlock_timeout with 40P01, failing the batch or the completion).
+func TestLaneLockYieldsToMultiBucketRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "ord", Ordering: fanout.OrderingKey})
+	f := newFanout(t, b.db, fanout.Config{})
+
+	// Two keys in different buckets: lo's bucket sorts first.
+	var lo, hi string
+	var loBucket, hiBucket int
+	for i := 0; hi == ""; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		var bk int
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT riverbus_lane_bucket($1)`, k).Scan(&bk))
+		switch {
+		case lo == "":
+			lo, loBucket = k, bk
+		case bk > loBucket:
+			hi, hiBucket = k, bk
+		case bk < loBucket:
+			hi, hiBucket = lo, loBucket
+			lo, loBucket = k, bk
+		}
+	}
+	for _, k := range []string{lo, hi} {
+		_, err := b.db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', $1, '{}')`, k)
+		require.NoError(t, err)
+	}
+	for horizon(t, b.db).Horizon < 2 {
+		_, err := fanout.AdvanceHorizon(ctx, b.db, time.Second, 100)
+		require.NoError(t, err)
+	}
+
+	release, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer release.Rollback(ctx) //nolint:errcheck
+	lockShared := `SELECT pg_advisory_xact_lock_shared(riverbus_lane_lock_class('ord'), $1)`
+	_, err = release.Exec(ctx, lockShared, hiBucket)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := f.FanOutPool(ctx, "ord")
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the batch waits for the busy bucket", func() bool {
+		var waiting int
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting))
+		return waiting > 0
+	})
+	_, err = release.Exec(ctx, lockShared, loBucket) // closes the cycle
+	require.NoError(t, err, "the release gets its second bucket")
+	require.NoError(t, release.Commit(ctx))
+	require.NoError(t, <-done, "the batch succeeds once the release is through")
+	c, _ := jobs(t, b.db, "ord")
+	require.Len(t, c, 2)
 }

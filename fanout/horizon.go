@@ -218,6 +218,10 @@ type RoundResult struct {
 	// Watching: there are skipped sequences still being watched, so rounds
 	// must go on even when no event arrives.
 	Watching bool
+	// LatePending counts late events (marked in earlier rounds) whose
+	// record is not yet retired: some pool has still to handle them, on its
+	// late path or on its normal one.
+	LatePending int64
 }
 
 // AdvanceHorizon runs one horizon round (DESIGN.md section 2) unless another
@@ -244,7 +248,7 @@ func AdvanceHorizon(ctx context.Context, db DB, gapTimeout time.Duration, pageSi
 			skippedVisible                    []bool
 		)
 		err := tx.QueryRow(ctx, sqlHorizonRead, pageSize).Scan(&in.horizon, &xmaxText, &xipText, &in.visible,
-			&gapFirst, &gapLast, &gapBounds, &gapAges, &skippedSeqs, &skippedBounds, &skippedVisible)
+			&gapFirst, &gapLast, &gapBounds, &gapAges, &skippedSeqs, &skippedBounds, &skippedVisible, &res.LatePending)
 		if err != nil {
 			return fmt.Errorf("horizon read: %w", err)
 		}

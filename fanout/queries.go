@@ -73,7 +73,8 @@ SELECT h.horizon,
 	ARRAY(SELECT s.sequence FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
 	ARRAY(SELECT s.xid_bound::text FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
 	ARRAY(SELECT EXISTS (SELECT 1 FROM riverbus_event e WHERE e.global_sequence = s.sequence)
-		FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence)
+		FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
+	(SELECT count(*) FROM riverbus_skipped s WHERE s.late_at IS NOT NULL)
 FROM snap, h`
 
 	// Of the xids a snapshot lists as running, the ones that may be writers
@@ -186,6 +187,10 @@ FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l)
 	// releases done one job per transaction).
 	sqlLaneLock = `SELECT count(pg_advisory_xact_lock(riverbus_lane_lock_class($1), b))
 FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l ORDER BY 1) s`
+
+	// Bounds lock waits for the rest of the transaction (or until the
+	// savepoint it is set in rolls back); returns the setting it replaced.
+	sqlSetLockTimeout = `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`
 
 	// Lanes with a job in flight (anything unfinished but pending), or,
 	// when the pool blocks on dead letters, with a dead letter.
