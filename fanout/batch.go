@@ -76,23 +76,49 @@ type unit struct {
 // (cursor, horizon] into jobs, deliver late events, move the cursor, commit.
 // full reports that the batch was full, so more may be waiting.
 func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool, error) {
+	if res, full, handled, err := f.fanOutPlain(ctx, name); err != nil {
+		return BatchResult{}, false, err
+	} else if handled {
+		f.batchDone(res)
+		return res, full, nil
+	}
 	res := BatchResult{Pool: name}
 	full := false
 	err := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
+		// One round trip: settings, the pool row, the horizon (read after
+		// the lock, so no older than the pool's cursor).
 		p := lockedPool{name: name}
-		err := tx.QueryRow(ctx, sqlPoolLock, name).Scan(&p.queue, &p.eventTypes, &p.tags, &p.maxAttempts,
-			&p.priority, &p.startAfter, &p.cursor, &p.ordering, &p.onDeadLetter, &p.grouping)
+		var horizon int64
+		var anySkipped bool
+		b := &pgx.Batch{}
+		b.Queue(sqlTxSettings)
+		b.Queue(sqlPoolLock, name)
+		b.Queue(sqlHorizonAndSkipped)
+		br := tx.SendBatch(ctx, b)
+		_, err := br.Exec()
+		if err == nil {
+			err = br.QueryRow().Scan(&p.queue, &p.eventTypes, &p.tags, &p.maxAttempts,
+				&p.priority, &p.startAfter, &p.cursor, &p.ordering, &p.onDeadLetter, &p.grouping)
+		}
+		locked := err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // paused, deleted, or another instance has it now
+			err = nil
+		}
+		if err == nil {
+			err = br.QueryRow().Scan(&horizon, &anySkipped)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
 		}
 		if err != nil {
 			return fmt.Errorf("lock pool: %w", err)
 		}
-		var horizon int64
-		var anySkipped bool
-		if err := tx.QueryRow(ctx, sqlHorizonAndSkipped).Scan(&horizon, &anySkipped); err != nil {
-			return fmt.Errorf("read horizon: %w", err)
+		if !locked {
+			return nil // paused, deleted, or another instance has it now
 		}
+		f.mu.Lock()
+		f.plain[name] = plainKindOf(&p)
+		f.mu.Unlock()
 
 		var units []unit
 		newCursor := p.cursor
@@ -184,19 +210,24 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 	if err != nil {
 		return BatchResult{}, false, fmt.Errorf("fan out pool %q: %w", name, err)
 	}
+	f.batchDone(res)
+	return res, full, nil
+}
+
+// batchDone counts a committed batch and reports it.
+func (f *Fanout) batchDone(res BatchResult) {
 	if res.Jobs > 0 || res.Late > 0 {
 		f.mu.Lock()
-		f.stats.EventsFannedOut[name] += int64(res.Jobs)
-		f.stats.LateDelivered[name] += int64(res.Late)
+		f.stats.EventsFannedOut[res.Pool] += int64(res.Jobs)
+		f.stats.LateDelivered[res.Pool] += int64(res.Late)
 		f.mu.Unlock()
 		if res.Late > 0 {
-			f.logger.Warn("delivered late events", "pool", name, "count", res.Late)
+			f.logger.Warn("delivered late events", "pool", res.Pool, "count", res.Late)
 		}
 		if f.cfg.OnBatch != nil {
 			f.cfg.OnBatch(res)
 		}
 	}
-	return res, full, nil
 }
 
 // units turns matching events into jobs: one per event, or one per

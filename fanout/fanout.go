@@ -86,6 +86,12 @@ type Fanout struct {
 	lastSweep time.Time
 
 	wake chan struct{}
+	// roundPIDs are the backends that ran this instance's horizon rounds:
+	// their riverbus_horizon notifications need not wake it.
+	roundPIDs sync.Map
+	// plain is, per pool, what its last batch found out about the plain
+	// path (plain.go). Guarded by mu.
+	plain map[string]plainKind
 }
 
 // New validates cfg and returns a Fanout. It does not touch the database.
@@ -133,6 +139,7 @@ func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
 	return &Fanout{
 		db: db, cfg: c, river: rc, logger: logger.With("component", "fanout"),
 		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}},
+		plain: map[string]plainKind{},
 		wake:  make(chan struct{}, 1),
 	}, nil
 }
@@ -235,7 +242,14 @@ func (f *Fanout) Run(ctx context.Context) error {
 
 type wakeHandler struct{ f *Fanout }
 
-func (h *wakeHandler) HandleNotification(context.Context, *pgconn.Notification, *pgx.Conn) error {
+func (h *wakeHandler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	if n.Channel == "riverbus_horizon" {
+		if _, own := h.f.roundPIDs.Load(n.PID); own {
+			// This instance's own round: the pass that ran it fans out
+			// next anyway. Waking again would only run an empty pass.
+			return nil
+		}
+	}
 	h.f.Wake()
 	return nil
 }
@@ -267,6 +281,9 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 		}
 		res.Horizon = round
 		f.recordRound(round)
+		if round.pid != 0 {
+			f.roundPIDs.Store(round.pid, struct{}{})
+		}
 		if !round.More || !round.Moved {
 			break
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // How the horizon proves a gap (DESIGN.md section 2, with one correction).
@@ -222,23 +224,69 @@ type RoundResult struct {
 	// record is not yet retired: some pool has still to handle them, on its
 	// late path or on its normal one.
 	LatePending int64
+
+	pid uint32 // the backend that ran the round (and sent its notification)
 }
 
 // AdvanceHorizon runs one horizon round (DESIGN.md section 2) unless another
 // instance is running one. gapTimeout is how long a gap may stay open before
 // it is skipped; pageSize is how many visible sequences one round reads.
+//
+// On a *pgxpool.Pool it runs on a connection of its own and sends BEGIN
+// with its first statements and COMMIT with its writes: a round that moves
+// the horizon costs two round trips. On anything else (a transaction, say)
+// it runs inside a transaction (or savepoint) begun on it.
 func AdvanceHorizon(ctx context.Context, db DB, gapTimeout time.Duration, pageSize int) (RoundResult, error) {
+	if pool, ok := db.(*pgxpool.Pool); ok {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return RoundResult{}, fmt.Errorf("horizon: %w", err)
+		}
+		// A connection left inside the transaction by an error is closed
+		// on release, which rolls it back.
+		defer c.Release()
+		res, err := horizonRound(ctx, c.Conn(), true, gapTimeout, pageSize)
+		if err != nil {
+			return RoundResult{}, err
+		}
+		res.pid = c.Conn().PgConn().PID()
+		return res, nil
+	}
 	var res RoundResult
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var locked bool
-		if err := tx.QueryRow(ctx, sqlHorizonTryLock).Scan(&locked); err != nil {
-			return fmt.Errorf("horizon lock: %w", err)
+		var err error
+		res, err = horizonRound(ctx, tx, false, gapTimeout, pageSize)
+		if err == nil {
+			res.pid = tx.Conn().PgConn().PID()
 		}
-		if !locked {
+		return err
+	})
+	if err != nil {
+		return RoundResult{}, err
+	}
+	return res, nil
+}
+
+// roundConn is what a round runs on: a connection or a transaction.
+type roundConn interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// horizonRound is one round on q. With own set, q is a bare connection: the
+// round begins and ends its transaction itself, in the same round trips as
+// its first and last statements.
+func horizonRound(ctx context.Context, q roundConn, own bool, gapTimeout time.Duration, pageSize int) (RoundResult, error) {
+	var res RoundResult
+	end := func() error {
+		if !own {
 			return nil
 		}
-		res.Locked = true
-
+		_, err := q.Exec(ctx, "COMMIT")
+		return err
+	}
+	err := func() error {
 		var (
 			in                                walkInput
 			xmaxText                          string
@@ -247,18 +295,48 @@ func AdvanceHorizon(ctx context.Context, db DB, gapTimeout time.Duration, pageSi
 			gapAges                           []float64
 			skippedVisible                    []bool
 		)
-		err := tx.QueryRow(ctx, sqlHorizonRead, pageSize).Scan(&in.horizon, &xmaxText, &xipText, &in.visible,
+		b := &pgx.Batch{}
+		if own {
+			b.Queue("BEGIN")
+		}
+		b.Queue(sqlTxSettings)
+		b.Queue(sqlHorizonTryLock)
+		b.Queue(sqlHorizonRead, pageSize)
+		br := q.SendBatch(ctx, b)
+		if own {
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return err
+			}
+		}
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
+		var locked string
+		if err := br.QueryRow().Scan(&locked); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("horizon lock: %w", err)
+		}
+		err := br.QueryRow().Scan(&in.horizon, &xmaxText, &xipText, &in.visible,
 			&gapFirst, &gapLast, &gapBounds, &gapAges, &skippedSeqs, &skippedBounds, &skippedVisible, &res.LatePending)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if locked != "true" {
+			return end()
+		}
 		if err != nil {
 			return fmt.Errorf("horizon read: %w", err)
 		}
+		res.Locked = true
 		if in.snap.xmax, err = parseXid(xmaxText); err != nil {
 			return err
 		}
 		if len(xipText) > 0 && (len(gapFirst) > 0 || len(skippedSeqs) > 0) {
 			// Running transactions that provably write no event cannot
 			// hold a gap: leave them out of the proof.
-			rows, err := tx.Query(ctx, sqlPossibleWriters, xipText)
+			rows, err := q.Query(ctx, sqlPossibleWriters, xipText)
 			if err != nil {
 				return fmt.Errorf("horizon: classify running transactions: %w", err)
 			}
@@ -303,28 +381,22 @@ func AdvanceHorizon(ctx context.Context, db DB, gapTimeout time.Duration, pageSi
 
 		changed := res.Moved || len(w.newGaps) > 0 || len(w.late) > 0 || len(w.forgotten) > 0 || len(w.deadGaps) > 0
 		if !changed {
-			return nil
+			return end()
 		}
+		// Every write in one round trip. The first one assigns the round's
+		// xid, after the snapshot above: every writer that could hold one of
+		// the new gaps has a lower xid.
+		b = &pgx.Batch{}
 		if len(w.newGaps) > 0 {
-			// The round's xid is assigned here, after the snapshot above:
-			// every writer that could hold one of these gaps has a lower xid.
-			var boundText string
-			if err := tx.QueryRow(ctx, sqlCurrentXid).Scan(&boundText); err != nil {
-				return fmt.Errorf("assign round xid: %w", err)
-			}
 			firsts := make([]int64, len(w.newGaps))
 			lasts := make([]int64, len(w.newGaps))
 			for i, g := range w.newGaps {
 				firsts[i], lasts[i] = g.first, g.last
 			}
-			if _, err := tx.Exec(ctx, sqlGapInsert, firsts, lasts, boundText); err != nil {
-				return fmt.Errorf("record gaps: %w", err)
-			}
+			b.Queue(sqlGapInsert, firsts, lasts)
 		}
 		if len(w.deadGaps) > 0 || res.Moved {
-			if _, err := tx.Exec(ctx, sqlGapDelete, w.deadGaps, w.horizon); err != nil {
-				return fmt.Errorf("delete passed gaps: %w", err)
-			}
+			b.Queue(sqlGapDelete, w.deadGaps, w.horizon)
 		}
 		// Skipped sequences carry the bound of the gap they came from.
 		for i := 0; i < len(w.skip); {
@@ -332,31 +404,27 @@ func AdvanceHorizon(ctx context.Context, db DB, gapTimeout time.Duration, pageSi
 			for j < len(w.skip) && w.skipBounds[j] == w.skipBounds[i] {
 				j++
 			}
-			if _, err := tx.Exec(ctx, sqlSkippedInsert, w.skip[i:j], strconv.FormatUint(w.skipBounds[i], 10)); err != nil {
-				return fmt.Errorf("record skipped: %w", err)
-			}
+			b.Queue(sqlSkippedInsert, w.skip[i:j], strconv.FormatUint(w.skipBounds[i], 10))
 			i = j
 		}
 		if len(w.late) > 0 {
-			if _, err := tx.Exec(ctx, sqlSkippedMarkLate, w.late); err != nil {
-				return fmt.Errorf("mark late: %w", err)
-			}
+			b.Queue(sqlSkippedMarkLate, w.late)
 		}
 		if len(w.forgotten) > 0 {
-			if _, err := tx.Exec(ctx, sqlSkippedDelete, w.forgotten); err != nil {
-				return fmt.Errorf("forget dead skipped: %w", err)
-			}
+			b.Queue(sqlSkippedDelete, w.forgotten)
 		}
-		if _, err := tx.Exec(ctx, sqlHorizonUpdate, w.horizon, w.provenDead, int64(len(w.skip)), int64(len(w.late))); err != nil {
-			return fmt.Errorf("update horizon: %w", err)
-		}
+		b.Queue(sqlHorizonUpdate, w.horizon, w.provenDead, int64(len(w.skip)), int64(len(w.late)))
 		if res.Moved || len(w.late) > 0 {
-			if _, err := tx.Exec(ctx, sqlHorizonNotify, strconv.FormatInt(w.horizon, 10)); err != nil {
-				return fmt.Errorf("notify horizon: %w", err)
-			}
+			b.Queue(sqlHorizonNotify, strconv.FormatInt(w.horizon, 10))
+		}
+		if own {
+			b.Queue("COMMIT")
+		}
+		if err := q.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("horizon round: write: %w", err)
 		}
 		return nil
-	})
+	}()
 	if err != nil {
 		return RoundResult{}, err
 	}

@@ -50,16 +50,34 @@ DELETE FROM riverbus_dead_letter WHERE pool = $1`
 
 // Horizon.
 const (
+	// sqlTxSettings is sent in the first round trip of every round and
+	// batch.
+	//
+	// synchronous_commit off: the commit does not wait for its WAL to reach
+	// disk. What rounds and batches write is derived state, and every
+	// transaction that acts on it durably (a worker's fetch, a later round,
+	// a checkpoint) commits synchronously, which flushes the WAL up to and
+	// including theirs. A crash can only lose a round or a batch that
+	// nothing has acted on, and the next pass redoes it.
+	//
+	// jit off: on tables not yet analyzed (a fresh database with a backlog)
+	// the estimates are high enough for PostgreSQL to JIT-compile these
+	// millisecond queries, which took seconds.
+	sqlTxSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)`
+
 	// horizonLock is the transaction-scoped advisory lock ("rbus", "hori")
 	// that makes one instance at a time advance the horizon. It is an
 	// advisory lock rather than a row lock because a row lock assigns the
 	// transaction an xid, and the proof of a gap needs the round's own xid
 	// to be assigned after its snapshot (see horizon.go).
-	sqlHorizonTryLock = `SELECT pg_try_advisory_xact_lock(1919054195, 1752134249)`
+	// (The result is also kept in the setting riverbus.round for the read.)
+	sqlHorizonTryLock = `SELECT set_config('riverbus.round', pg_try_advisory_xact_lock(1919054195, 1752134249)::text, true)`
 
 	// One statement, one snapshot: the horizon, the snapshot itself, the
 	// visible sequences above the horizon, the open gaps and which skipped
-	// sequences are visible now.
+	// sequences are visible now. It is sent in the same round trip as the
+	// try-lock, and returns no row unless that got the lock: being a later
+	// statement, its snapshot is taken with the lock held.
 	sqlHorizonRead = `WITH snap AS (SELECT pg_current_snapshot() AS s),
 h AS (SELECT horizon FROM riverbus_horizon)
 SELECT h.horizon,
@@ -75,7 +93,8 @@ SELECT h.horizon,
 	ARRAY(SELECT EXISTS (SELECT 1 FROM riverbus_event e WHERE e.global_sequence = s.sequence)
 		FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
 	(SELECT count(*) FROM riverbus_skipped s WHERE s.late_at IS NOT NULL)
-FROM snap, h`
+FROM snap, h
+WHERE current_setting('riverbus.round') = 'true'`
 
 	// Of the xids a snapshot lists as running, the ones that may be writers
 	// of riverbus_event: all but those whose transaction is seen, now, to
@@ -95,11 +114,10 @@ FROM snap, h`
 				AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 				AND r.virtualtransaction = t.virtualtransaction))`
 
-	// Assigns the round's xid, after its snapshot was taken.
-	sqlCurrentXid = `SELECT pg_current_xact_id()::text`
-
+	// The bound of new gaps is the round's own xid, assigned here, by the
+	// round's first write, after its snapshot was taken.
 	sqlGapInsert = `INSERT INTO riverbus_gap (first_sequence, last_sequence, xid_bound)
-SELECT f, l, $3::text::xid8 FROM unnest($1::bigint[], $2::bigint[]) AS g(f, l)`
+SELECT f, l, pg_current_xact_id() FROM unnest($1::bigint[], $2::bigint[]) AS g(f, l)`
 
 	sqlGapDelete = `DELETE FROM riverbus_gap WHERE first_sequence = ANY($1) OR last_sequence <= $2`
 

@@ -23,7 +23,7 @@ func TestClientConfig(t *testing.T) {
 		t.Parallel()
 		cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{"billing": 50, "audit": 5}, Workers: ws})
 		require.NoError(t, err)
-		require.Equal(t, 5*time.Millisecond, cfg.FetchCooldown)
+		require.Equal(t, time.Millisecond, cfg.FetchCooldown)
 		require.Equal(t, 100*time.Millisecond, cfg.FetchPollInterval)
 		require.Equal(t, time.Minute, cfg.JobTimeout)
 		require.Equal(t, 2*time.Minute, cfg.RescueStuckJobsAfter)
@@ -71,7 +71,7 @@ func TestClientConfig(t *testing.T) {
 	}{
 		{"FetchCooldownNegative", workers.ClientOpts{FetchCooldown: -time.Millisecond}, "FetchCooldown must be at least 1ms, got -1ms"},
 		{"FetchCooldownTooShort", workers.ClientOpts{FetchCooldown: time.Microsecond}, "FetchCooldown must be at least 1ms, got 1µs"},
-		{"FetchPollIntervalBelowCooldown", workers.ClientOpts{FetchPollInterval: 2 * time.Millisecond}, "FetchPollInterval must be at least FetchCooldown (5ms), got 2ms"},
+		{"FetchPollIntervalBelowCooldown", workers.ClientOpts{FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 2 * time.Millisecond}, "FetchPollInterval must be at least FetchCooldown (5ms), got 2ms"},
 		{"JobTimeoutNegative", workers.ClientOpts{JobTimeout: -2 * time.Second}, "JobTimeout must be positive or -1 (no timeout), got -2s"},
 		{"RescueNegative", workers.ClientOpts{RescueStuckJobsAfter: -time.Second}, "RescueStuckJobsAfter must be positive, got -1s"},
 		{"RescueNotAfterTimeout", workers.ClientOpts{JobTimeout: time.Minute, RescueStuckJobsAfter: time.Minute}, "RescueStuckJobsAfter must be longer than JobTimeout (1m0s), got 1m0s"},

@@ -1,0 +1,144 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The plain path: a pool with no ordering, no grouping, and no skipped
+// sequence anywhere (the common case) is fanned out by one statement that
+// locks the pool row, reads (cursor, horizon], builds each job's envelope
+// in SQL, inserts the jobs, moves the cursor and sends River's insert
+// notification, sent with its BEGIN and COMMIT in a single round trip. The
+// events never travel to this process and back. Anything else, or a pool
+// whose settings changed since the last look, takes the general path in
+// batch.go, which is always correct; this one only has to say when it
+// does not apply.
+
+// plainKind is what the last look at a pool found: whether it can take the
+// plain path, and with which form of the statement.
+type plainKind uint8
+
+const (
+	plainUnknown plainKind = iota
+	plainNo                // ordered or grouped: the general path
+	plainAll               // no type filter
+	plainTyped             // a type filter: the form that can use the (type, sequence) index
+)
+
+func plainKindOf(p *lockedPool) plainKind {
+	switch {
+	case p.ordering != OrderingNone || p.grouping != GroupNone:
+		return plainNo
+	case len(p.eventTypes) > 0:
+		return plainTyped
+	}
+	return plainAll
+}
+
+// sqlPlainBatch is the plain path's statement; %s is the type condition.
+// $1 pool, $2 batch size, $3 whether the pool must have a type filter.
+//
+// It returns whether it locked the pool row, whether the plain path
+// applied, the jobs inserted and the cursor after it. Every part reads one snapshot: no skipped sequence in it means no
+// late event to deliver and none to record.
+const sqlPlainBatch = `WITH p AS (
+	SELECT name, queue, event_types, tags, max_attempts, priority, cursor_seq,
+		ordering = 'none' AND grouping = 'none' AND (cardinality(event_types) > 0) = $3 AS plain
+	FROM riverbus_pool WHERE name = $1 AND status = 'active'
+	FOR NO KEY UPDATE SKIP LOCKED
+),
+h AS (
+	SELECT horizon FROM riverbus_horizon WHERE NOT EXISTS (SELECT 1 FROM riverbus_skipped)
+),
+ev AS (
+	SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at
+	FROM riverbus_event e
+	WHERE e.global_sequence > (SELECT cursor_seq FROM p WHERE plain)
+		AND e.global_sequence <= (SELECT horizon FROM h)
+		AND e.tags @> (SELECT tags FROM p)%s
+	ORDER BY e.global_sequence
+	LIMIT $2
+),
+ins AS (
+	INSERT INTO river_job (args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
+	SELECT jsonb_build_object('global_sequence', ev.global_sequence, 'event_id', ev.event_id, 'type', ev.type,
+			'key', ev.key, 'tags', to_jsonb(ev.tags), 'data', ev.data, 'metadata', ev.metadata,
+			'occurred_at', ev.occurred_at),
+		now(), p.name, p.max_attempts, '{}', p.priority, p.queue, now(), 'available', '{}'
+	FROM ev CROSS JOIN p
+	ORDER BY ev.global_sequence
+	RETURNING 1
+),
+n AS (
+	SELECT count(*) AS events, max(global_sequence) AS last FROM ev
+),
+adv AS (
+	UPDATE riverbus_pool r SET
+		cursor_seq = CASE WHEN n.events = $2 THEN n.last ELSE h.horizon END,
+		events_fanned_out = r.events_fanned_out + n.events,
+		updated_at = now()
+	FROM p, h, n
+	WHERE r.name = p.name AND p.plain AND h.horizon > p.cursor_seq
+	RETURNING r.cursor_seq
+)
+SELECT EXISTS (SELECT 1 FROM p),
+	coalesce((SELECT plain FROM p), false) AND EXISTS (SELECT 1 FROM h),
+	(SELECT count(*) FROM ins),
+	coalesce((SELECT cursor_seq FROM adv), (SELECT cursor_seq FROM p)),
+	(SELECT count(pg_notify(current_schema() || '.river_insert', json_build_object('queue', p.queue)::text))
+		FROM p WHERE EXISTS (SELECT 1 FROM ins))`
+
+var (
+	sqlPlainBatchAll   = fmt.Sprintf(sqlPlainBatch, "")
+	sqlPlainBatchTyped = fmt.Sprintf(sqlPlainBatch, "\n\t\tAND e.type = ANY((SELECT event_types FROM p)::text[])")
+)
+
+// fanOutPlain runs the plain path for pool name if the last look found it
+// plain. handled is false when the general path must run instead.
+func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res BatchResult, full, handled bool, err error) {
+	f.mu.Lock()
+	kind := f.plain[name]
+	f.mu.Unlock()
+	if kind != plainAll && kind != plainTyped {
+		return res, false, false, nil
+	}
+	sql := sqlPlainBatchAll
+	if kind == plainTyped {
+		sql = sqlPlainBatchTyped
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlTxSettings)
+	var locked, applied bool
+	var cursor *int64
+	var notified int64
+	res.Pool = name
+	b.Queue(sql, name, f.cfg.BatchSize, kind == plainTyped).QueryRow(func(row pgx.Row) error {
+		var jobs int64
+		if err := row.Scan(&locked, &applied, &jobs, &cursor, &notified); err != nil {
+			return err
+		}
+		res.Jobs = int(jobs)
+		return nil
+	})
+	b.Queue("COMMIT")
+	if err := f.db.SendBatch(ctx, b).Close(); err != nil {
+		return BatchResult{}, false, true, fmt.Errorf("fan out pool %q: %w", name, err)
+	}
+	switch {
+	case !locked:
+		return res, false, true, nil // paused, deleted, or another instance has it
+	case !applied:
+		f.mu.Lock()
+		delete(f.plain, name) // look again on the general path
+		f.mu.Unlock()
+		return res, false, false, nil
+	}
+	if cursor != nil {
+		res.Cursor = *cursor
+	}
+	return res, res.Jobs == f.cfg.BatchSize, true, nil
+}
