@@ -448,17 +448,30 @@ func scanEvent(row pgx.CollectableRow) (event, error) {
 // ReleaseStuckLanes makes available the next job of every ordered lane that
 // has pending jobs and none in flight: the safety net behind the release
 // trigger (for a job deleted while pending jobs of its lane were being
-// inserted, say). It returns how many jobs it released.
-//
-// It also makes available the due retries of ordered pools' jobs, which
-// River's scheduler would only pick up within 5 s, while each holds its key.
+// inserted, say). It returns how many jobs it released. It also promotes
+// due retries (PromoteLaneRetries). Run does both in the background.
 func ReleaseStuckLanes(ctx context.Context, db DB) (int64, error) {
-	var queues, notified, n int64
-	if err := db.QueryRow(ctx, sqlPromoteLaneRetries).Scan(&queues, &notified); err != nil {
-		return 0, fmt.Errorf("promote due retries of ordered pools: %w", err)
+	if _, err := PromoteLaneRetries(ctx, db); err != nil {
+		return 0, err
 	}
+	return releaseStuckLanes(ctx, db)
+}
+
+func releaseStuckLanes(ctx context.Context, db DB) (int64, error) {
+	var n int64
 	if err := db.QueryRow(ctx, sqlReleaseStuckLanes).Scan(&n); err != nil {
 		return 0, fmt.Errorf("release stuck lanes: %w", err)
+	}
+	return n, nil
+}
+
+// PromoteLaneRetries makes available the due retries of ordered pools' jobs,
+// which River's scheduler would only pick up within 5 s, while each holds its
+// key. It returns how many queues had retries promoted.
+func PromoteLaneRetries(ctx context.Context, db DB) (int64, error) {
+	var n, notified int64
+	if err := db.QueryRow(ctx, sqlPromoteLaneRetries).Scan(&n, &notified); err != nil {
+		return 0, fmt.Errorf("promote due retries of ordered pools: %w", err)
 	}
 	return n, nil
 }

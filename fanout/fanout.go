@@ -81,9 +81,8 @@ type Fanout struct {
 	river  *river.Client[pgx.Tx]
 	logger *slog.Logger
 
-	mu        sync.Mutex
-	stats     Stats
-	lastSweep time.Time
+	mu    sync.Mutex
+	stats Stats
 
 	wake chan struct{}
 	// roundPIDs are the backends that ran this instance's horizon rounds:
@@ -198,6 +197,12 @@ func (f *Fanout) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f.sweepLoop(listenCtx)
+	}()
+
 	backoff := time.Duration(0)
 	for {
 		pass, err := f.Pass(ctx)
@@ -239,6 +244,52 @@ func (f *Fanout) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// sweepLoop is the safety net of ordered pools, beside the passes so it
+// never delays one: due retries are promoted every sweepInterval, and lanes
+// left with pending jobs and none in flight are released every
+// stuckLaneInterval. Failures are logged and retried with backoff.
+func (f *Fanout) sweepLoop(ctx context.Context) {
+	var lastStuck time.Time
+	backoff := time.Duration(0)
+	for {
+		wait := sweepInterval
+		err := func() error {
+			if _, err := PromoteLaneRetries(ctx, f.db); err != nil {
+				return err
+			}
+			if time.Since(lastStuck) < stuckLaneInterval {
+				return nil
+			}
+			lastStuck = time.Now()
+			n, err := releaseStuckLanes(ctx, f.db)
+			if n > 0 {
+				f.logger.Warn("released ordered lanes that had no job in flight", "jobs", n)
+			}
+			return err
+		}()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			backoff = min(max(2*backoff, sweepInterval), 10*time.Second)
+			wait = backoff
+			f.logger.Warn("ordered pools' sweep failed; retrying", "error", err, "retry_in", wait)
+		default:
+			backoff = 0
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+const (
+	sweepInterval     = 250 * time.Millisecond
+	stuckLaneInterval = 2 * time.Second
+)
 
 type wakeHandler struct{ f *Fanout }
 
@@ -293,21 +344,6 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 		res.Holding = true
 	}
 	res.Holding = res.Holding || res.Horizon.Holding
-
-	// The safety net of ordered pools, a few times a second.
-	f.mu.Lock()
-	sweep := time.Since(f.lastSweep) > 250*time.Millisecond
-	if sweep {
-		f.lastSweep = time.Now()
-	}
-	f.mu.Unlock()
-	if sweep {
-		if n, err := ReleaseStuckLanes(ctx, f.db); err != nil {
-			return res, err
-		} else if n > 0 {
-			f.logger.Warn("released ordered lanes that had no job in flight", "jobs", n)
-		}
-	}
 
 	rows, err := f.db.Query(ctx, sqlActivePoolNames)
 	if err != nil {

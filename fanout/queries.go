@@ -229,9 +229,17 @@ SELECT lane FROM riverbus_dead_letter WHERE $3 AND pool = $1 AND lane = ANY($2)`
 SELECT count(*), count(pg_notify(current_schema() || '.river_insert', json_build_object('queue', q)::text))
 FROM (SELECT DISTINCT queue AS q FROM due) s`
 
-	sqlReleaseStuckLanes = `SELECT count(riverbus_release_lane(kind, lane)) FROM (
-	SELECT DISTINCT kind, metadata->>'riverbus_lane' AS lane FROM river_job
-	WHERE metadata ? 'riverbus_lane' AND state NOT IN ('cancelled', 'completed', 'discarded') AND state = 'pending'
+	// Only lanes that look stuck (pending jobs, none in flight) are handed
+	// to riverbus_release_lanes, which checks again under the lanes' locks:
+	// taking every busy lane's lock a few times a second held up the
+	// fan-out of ordered pools.
+	sqlReleaseStuckLanes = `SELECT riverbus_release_lanes(coalesce(array_agg(kind), '{}'), coalesce(array_agg(lane), '{}')) FROM (
+	SELECT DISTINCT p.kind, p.metadata->>'riverbus_lane' AS lane FROM river_job p
+	WHERE p.metadata ? 'riverbus_lane' AND p.state NOT IN ('cancelled', 'completed', 'discarded') AND p.state = 'pending'
+		AND NOT EXISTS (
+			SELECT 1 FROM river_job j
+			WHERE j.kind = p.kind AND j.metadata ? 'riverbus_lane' AND j.metadata->>'riverbus_lane' = p.metadata->>'riverbus_lane'
+				AND j.state IN ('available', 'running', 'retryable', 'scheduled'))
 ) s`
 
 	sqlPoolAdvance = `UPDATE riverbus_pool SET cursor_seq = $2, events_fanned_out = events_fanned_out + $3,

@@ -66,7 +66,7 @@ RETURNING id, (metadata->>'riverbus_retry_of')::bigint`
 WHERE id = ANY($1::bigint[]) AND metadata ? 'riverbus_lane' AND state = 'available'
 RETURNING kind, metadata->>'riverbus_lane'`
 
-	sqlLaneRelease = `SELECT riverbus_release_lane(k, l) FROM unnest($1::text[], $2::text[]) AS u(k, l)`
+	sqlLaneRelease = `SELECT riverbus_release_lanes($1::text[], $2::text[])`
 
 	sqlDeadLetterDeleteMany = `DELETE FROM riverbus_dead_letter WHERE job_id = ANY($1::bigint[])`
 
