@@ -27,7 +27,7 @@ test/short: ## Fast tests only (skips multi-process and restart tests)
 bench: build ## Benchmarks beside raw River: table + bench/results.json (about 10 min; BENCH_FLAGS="--scale 0.1" for a quick look)
 	./bin/riverbus bench $(BENCH_FLAGS)
 
-chaos: ## Try hard to lose an event for 5 min (CHAOS_DURATION=30m for longer): kill -9s, a PostgreSQL restart, late commits
+chaos: ## Try hard to lose an event for 5 min (CHAOS_DURATION=30m for longer): kill -9s, a PostgreSQL crash, late commits
 	RIVERBUS_CHAOS_DURATION=$(or $(CHAOS_DURATION),5m) $(GO) test ./integration -run TestChaos -count=1 -v -timeout 2h
 
 lint: ## gofmt and go vet

@@ -35,6 +35,20 @@ func TestStartRestartStop(t *testing.T) {
 	require.Error(t, conn.Ping(ctx))
 	require.Equal(t, 1, query())
 
+	// A crash keeps what committed synchronously and runs recovery.
+	conn, err = pgx.Connect(ctx, srv.URL("postgres"))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "INSERT INTO kept VALUES (1)")
+	require.NoError(t, err)
+	require.NoError(t, srv.Crash(ctx))
+	require.Error(t, conn.Ping(ctx))
+	conn, err = pgx.Connect(ctx, srv.URL("postgres"))
+	require.NoError(t, err)
+	var rows int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&rows))
+	require.Equal(t, 1, rows)
+	conn.Close(ctx)
+
 	dataDir := srv.DataDir()
 	require.NoError(t, srv.Stop())
 	_, err = os.Stat(dataDir)
