@@ -144,8 +144,8 @@ func TestOutOfOrderCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "a"})
-	createPool(t, b.db, fanout.PoolParams{Name: "b"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pa"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pb"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
 
 	txA, n := openWriter(t, b.db)
@@ -154,7 +154,7 @@ func TestOutOfOrderCommit(t *testing.T) {
 
 	pass(t, f)
 	require.Equal(t, n-1, horizon(t, b.db).Horizon, "horizon must stop below the uncommitted N")
-	for _, pool := range []string{"a", "b"} {
+	for _, pool := range []string{"pa", "pb"} {
 		counts, _ := jobs(t, b.db, pool)
 		require.Empty(t, counts, "nothing past the hole may be fanned out")
 	}
@@ -162,7 +162,7 @@ func TestOutOfOrderCommit(t *testing.T) {
 	require.NoError(t, txA.Commit(ctx))
 	pass(t, f)
 	require.Equal(t, n1, horizon(t, b.db).Horizon)
-	for _, pool := range []string{"a", "b"} {
+	for _, pool := range []string{"pa", "pb"} {
 		counts, late := jobs(t, b.db, pool)
 		require.Equal(t, map[int64]int{n: 1, n1: 1}, counts, pool)
 		require.False(t, late[n])
@@ -177,13 +177,13 @@ func TestInFlightGapHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour, GapCheckInterval: 5 * time.Millisecond})
 	runFanout(t, f)
 
 	before := appendEvent(t, b.db, "before")
 	eventually(t, 10*time.Second, "event before the hole fanned out", func() bool {
-		c, _ := jobs(t, b.db, "p")
+		c, _ := jobs(t, b.db, "pp")
 		return c[before] == 1
 	})
 	txA, n := openWriter(t, b.db)
@@ -196,15 +196,15 @@ func TestInFlightGapHeld(t *testing.T) {
 	require.Equal(t, before, h.Horizon)
 	require.Zero(t, h.GapsSkipped)
 	require.Zero(t, h.Watching)
-	c, _ := jobs(t, b.db, "p")
+	c, _ := jobs(t, b.db, "pp")
 	require.Equal(t, map[int64]int{before: 1}, c)
 
 	require.NoError(t, txA.Commit(ctx))
 	eventually(t, 10*time.Second, "both delivered after commit", func() bool {
-		c, _ := jobs(t, b.db, "p")
+		c, _ := jobs(t, b.db, "pp")
 		return len(c) == 3
 	})
-	c, late := jobs(t, b.db, "p")
+	c, late := jobs(t, b.db, "pp")
 	require.Equal(t, map[int64]int{before: 1, n: 1, after: 1}, c)
 	require.False(t, late[n])
 	require.Zero(t, horizon(t, b.db).GapsSkipped)
@@ -214,7 +214,7 @@ func TestRolledBackGapIsProvenNotTimedOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 30 * time.Second})
 	runFanout(t, f)
 
@@ -234,10 +234,10 @@ func TestRolledBackGapIsProvenNotTimedOut(t *testing.T) {
 	require.Zero(t, h.GapsSkipped)
 	require.Zero(t, h.Watching)
 	eventually(t, 5*time.Second, "event after the gap delivered", func() bool {
-		c, _ := jobs(t, b.db, "p")
+		c, _ := jobs(t, b.db, "pp")
 		return c[after] == 1
 	})
-	c, _ := jobs(t, b.db, "p")
+	c, _ := jobs(t, b.db, "pp")
 	require.Equal(t, map[int64]int{after: 1}, c)
 	require.NotContains(t, c, n)
 }
@@ -249,7 +249,7 @@ func TestUnrelatedLongTransactionDoesNotStallProof(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
 
 	pinned, err := b.db.Begin(ctx)
@@ -287,7 +287,7 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 700 * time.Millisecond})
 
 	pinned, err := b.db.Begin(ctx)
@@ -319,7 +319,7 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 	require.NoError(t, pinned.Rollback(ctx))
 	appendEvent(t, b.db, "wake")
 	eventually(t, 10*time.Second, "skipped sequence forgotten", func() bool { return horizon(t, b.db).Watching == 0 })
-	c, _ := jobs(t, b.db, "p")
+	c, _ := jobs(t, b.db, "pp")
 	require.NotContains(t, c, n)
 	require.Equal(t, 1, c[after])
 }
@@ -328,8 +328,8 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "a"})
-	createPool(t, b.db, fanout.PoolParams{Name: "b"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pa"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pb"})
 	createPool(t, b.db, fanout.PoolParams{Name: "other-type", EventTypes: []string{"nope"}})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
 	runFanout(t, f)
@@ -337,16 +337,16 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	txA, n := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "after")
 	eventually(t, 10*time.Second, "gap skipped and later event delivered", func() bool {
-		ca, _ := jobs(t, b.db, "a")
-		cb, _ := jobs(t, b.db, "b")
+		ca, _ := jobs(t, b.db, "pa")
+		cb, _ := jobs(t, b.db, "pb")
 		return ca[after] == 1 && cb[after] == 1
 	})
 	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped)
 
 	require.NoError(t, txA.Commit(ctx))
 	eventually(t, 10*time.Second, "late event delivered", func() bool {
-		ca, _ := jobs(t, b.db, "a")
-		cb, _ := jobs(t, b.db, "b")
+		ca, _ := jobs(t, b.db, "pa")
+		cb, _ := jobs(t, b.db, "pb")
 		return ca[n] == 1 && cb[n] == 1
 	})
 	eventually(t, 10*time.Second, "late record retired", func() bool {
@@ -358,7 +358,7 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	for range 5 {
 		pass(t, f)
 	}
-	for _, pool := range []string{"a", "b"} {
+	for _, pool := range []string{"pa", "pb"} {
 		c, late := jobs(t, b.db, pool)
 		require.Equal(t, map[int64]int{n: 1, after: 1}, c, pool)
 		require.True(t, late[n], "late job flagged")
@@ -371,7 +371,7 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	require.Empty(t, c)
 	require.Equal(t, int64(1), horizon(t, b.db).LateEvents)
 	require.Equal(t, int64(1), f.Stats().LateEvents)
-	require.Equal(t, int64(1), f.Stats().LateDelivered["a"])
+	require.Equal(t, int64(1), f.Stats().LateDelivered["pa"])
 }
 
 // Three Fanout instances, 50 writers x 20 events with random commit delays
@@ -579,18 +579,18 @@ func TestPausedPoolIsNotFannedOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{})
-	_, _, err := fanout.SetPoolStatus(ctx, b.db, "p", fanout.PoolPaused)
+	_, _, err := fanout.SetPoolStatus(ctx, b.db, "pp", fanout.PoolPaused)
 	require.NoError(t, err)
 	seq := appendEvent(t, b.db, "t")
 	pass(t, f)
-	c, _ := jobs(t, b.db, "p")
+	c, _ := jobs(t, b.db, "pp")
 	require.Empty(t, c)
-	_, _, err = fanout.SetPoolStatus(ctx, b.db, "p", fanout.PoolActive)
+	_, _, err = fanout.SetPoolStatus(ctx, b.db, "pp", fanout.PoolActive)
 	require.NoError(t, err)
 	pass(t, f)
-	c, _ = jobs(t, b.db, "p")
+	c, _ = jobs(t, b.db, "pp")
 	require.Equal(t, map[int64]int{seq: 1}, c)
 }
 
@@ -623,6 +623,7 @@ func TestPoolAPI(t *testing.T) {
 
 	for _, bad := range []fanout.PoolParams{
 		{Name: ""},
+		{Name: "x"}, // River refuses one-character kinds
 		{Name: "has space"},
 		{Name: "drop;table"},
 		{Name: string(make([]byte, 101))},
@@ -675,7 +676,7 @@ func TestGapHeldForWriterWithNewestXid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
 
 	txH, err := b.db.Begin(ctx)
@@ -703,7 +704,7 @@ func TestGapHeldForWriterWithNewestXid(t *testing.T) {
 
 	require.NoError(t, txG.Commit(ctx))
 	pass(t, f)
-	c, _ := jobs(t, b.db, "p")
+	c, _ := jobs(t, b.db, "pp")
 	require.Equal(t, map[int64]int{n: 1, n1: 1}, c)
 }
 
@@ -745,7 +746,7 @@ func TestGapWithXidBoundFromAnotherClusterDoesNotStall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "p"})
+	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
 	txA, n := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "t")
@@ -756,7 +757,7 @@ func TestGapWithXidBoundFromAnotherClusterDoesNotStall(t *testing.T) {
 	require.NoError(t, err)
 	runFanout(t, f)
 	eventually(t, 10*time.Second, "horizon past the gap and the event delivered", func() bool {
-		c, _ := jobs(t, b.db, "p")
+		c, _ := jobs(t, b.db, "pp")
 		return horizon(t, b.db).Horizon >= after && c[after] == 1
 	})
 	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped, "passed by the timeout, watched")

@@ -39,7 +39,7 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, url)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "p"})
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "pp"})
 	require.NoError(t, err)
 
 	cfg, err := pgxpool.ParseConfig(url)
@@ -70,7 +70,7 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 	h, err := fanout.GetHorizon(ctx, db)
 	require.NoError(t, err)
 	t.Logf("x=%d y=%d horizon=%+v", x, y, h)
-	rows, err := db.Query(ctx, `SELECT (args->>'global_sequence')::bigint FROM river_job WHERE kind = 'p' ORDER BY 1`)
+	rows, err := db.Query(ctx, `SELECT (args->>'global_sequence')::bigint FROM river_job WHERE kind = 'pp' ORDER BY 1`)
 	require.NoError(t, err)
 	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)

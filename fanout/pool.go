@@ -79,7 +79,7 @@ var (
 // poolNameRE is River's rule for a job kind, narrowed to what is safe in SQL,
 // URLs and the UI.
 var (
-	poolNameRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$`)
+	poolNameRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{1,99}$`)
 	queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
 	tagRE       = regexp.MustCompile(`^[^=]+=`)
 )
@@ -156,7 +156,8 @@ func (p StartPosition) String() string {
 // PoolParams are the settings of CreatePool.
 type PoolParams struct {
 	// Name is the pool name and the River job kind: letters, digits and
-	// _ . - : only, starting with a letter, digit or _, at most 100 chars.
+	// _ . - : only, starting with a letter, digit or _, 2 to 100 chars (River
+	// refuses a one-character job kind).
 	Name string
 	// Queue is the River queue of the pool's jobs. Empty: derived from the
 	// name (lower case, other characters turned into _), e.g. "Billing.v2"
@@ -206,7 +207,7 @@ func DefaultQueue(name string) string {
 
 func (p *PoolParams) normalize() error {
 	if !poolNameRE.MatchString(p.Name) {
-		return fmt.Errorf("%w: name %q must be 1-100 letters, digits, _ . - or :, starting with a letter, digit or _", ErrInvalidPool, p.Name)
+		return fmt.Errorf("%w: name %q must be 2-100 letters, digits, _ . - or :, starting with a letter, digit or _ (River job kinds have at least two characters)", ErrInvalidPool, p.Name)
 	}
 	if p.Queue == "" {
 		p.Queue = DefaultQueue(p.Name)

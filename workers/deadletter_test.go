@@ -276,12 +276,12 @@ func TestListDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "a", "a", 1)
-	createPool(t, db, "b", "b", 1)
-	a1 := insertDiscarded(t, db, "a", 1)
-	b1 := insertDiscarded(t, db, "b", 1)
-	a2 := insertDiscarded(t, db, "a", 2)
-	a3 := insertDiscarded(t, db, "a", 3)
+	createPool(t, db, "pa", "pa", 1)
+	createPool(t, db, "pb", "pb", 1)
+	a1 := insertDiscarded(t, db, "pa", 1)
+	b1 := insertDiscarded(t, db, "pb", 1)
+	a2 := insertDiscarded(t, db, "pa", 2)
+	a3 := insertDiscarded(t, db, "pa", 3)
 
 	all, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{})
 	require.NoError(t, err)
@@ -289,10 +289,10 @@ func TestListDeadLetters(t *testing.T) {
 	require.Equal(t, "boom 1", all[0].LastError)
 	require.Equal(t, "thing.failed", all[0].EventType)
 
-	page1, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "a", Limit: 2})
+	page1, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "pa", Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []int64{a1, a2}, deadLetterIDs(page1))
-	page2, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "a", Limit: 2, AfterJobID: page1[1].JobID})
+	page2, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "pa", Limit: 2, AfterJobID: page1[1].JobID})
 	require.NoError(t, err)
 	require.Equal(t, []int64{a3}, deadLetterIDs(page2))
 
@@ -310,12 +310,12 @@ func TestPurgeDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "a", "a", 1)
-	createPool(t, db, "b", "b", 1)
-	a1 := insertDiscarded(t, db, "a", 1)
-	a2 := insertDiscarded(t, db, "a", 2)
-	a3 := insertDiscarded(t, db, "a", 3)
-	b1 := insertDiscarded(t, db, "b", 1)
+	createPool(t, db, "pa", "pa", 1)
+	createPool(t, db, "pb", "pb", 1)
+	a1 := insertDiscarded(t, db, "pa", 1)
+	a2 := insertDiscarded(t, db, "pa", 2)
+	a3 := insertDiscarded(t, db, "pa", 3)
+	b1 := insertDiscarded(t, db, "pb", 1)
 	// a2's job row is already gone.
 	_, err := db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, a2)
 	require.NoError(t, err)
@@ -326,7 +326,7 @@ func TestPurgeDeadLetters(t *testing.T) {
 	err = workers.PurgeDeadLetter(ctx, db, a1)
 	require.ErrorIs(t, err, workers.ErrNotFound)
 
-	n, err := workers.PurgeDeadLetters(ctx, db, "a")
+	n, err := workers.PurgeDeadLetters(ctx, db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	_, exists = getJob(t, db, a3)
@@ -335,7 +335,7 @@ func TestPurgeDeadLetters(t *testing.T) {
 	_, exists = getJob(t, db, b1)
 	require.True(t, exists)
 
-	n, err = workers.PurgeDeadLetters(ctx, db, "a")
+	n, err = workers.PurgeDeadLetters(ctx, db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
 }
@@ -346,12 +346,12 @@ func TestRetryDeadLetterAlreadyRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "a", "a", 1)
-	id := insertDiscarded(t, db, "a", 1)
+	createPool(t, db, "pa", "pa", 1)
+	id := insertDiscarded(t, db, "pa", 1)
 	_, err := db.Exec(ctx, `UPDATE river_job SET state = 'completed' WHERE id = $1`, id)
 	require.NoError(t, err)
 
-	dls := listDeadLetters(t, db, "a")
+	dls := listDeadLetters(t, db, "pa")
 	require.Len(t, dls, 1)
 	require.Equal(t, rivertype.JobStateCompleted, dls[0].JobState)
 
@@ -360,7 +360,7 @@ func TestRetryDeadLetterAlreadyRetried(t *testing.T) {
 	require.Equal(t, workers.DeadLetterRetry{DeadJobID: id, JobID: id, Action: workers.RetryAlreadyRetried}, res)
 	j, _ := getJob(t, db, id)
 	require.Equal(t, "completed", j.State)
-	require.Empty(t, listDeadLetters(t, db, "a"))
+	require.Empty(t, listDeadLetters(t, db, "pa"))
 }
 
 // Retrying notifies River's producers of the job's queue on commit, on the
@@ -370,8 +370,8 @@ func TestRetryDeadLetterNotifiesRiver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "a", "queue_a", 1)
-	id := insertDiscarded(t, db, "a", 1)
+	createPool(t, db, "pa", "queue_a", 1)
+	id := insertDiscarded(t, db, "pa", 1)
 	_, err := db.Exec(ctx, `UPDATE river_job SET queue = 'queue_a' WHERE id = $1`, id)
 	require.NoError(t, err)
 

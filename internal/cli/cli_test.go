@@ -90,7 +90,7 @@ func TestPoolLifecycle(t *testing.T) {
 
 	r = run(t, dbURL, "pool", "create", "bad name")
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, `name "bad name" must be 1-100 letters`)
+	require.Contains(t, r.stderr, `name "bad name" must be 2-100 letters`)
 
 	r = run(t, dbURL, "pool", "show", "nope")
 	require.Equal(t, 1, r.code)
@@ -187,14 +187,14 @@ func TestPoolOrderingFlags(t *testing.T) {
 func TestDLQShowAndPurgeBadInput(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewDatabase(t)
-	ok(t, run(t, dbURL, "pool", "create", "p"))
+	ok(t, run(t, dbURL, "pool", "create", "pp"))
 	r := run(t, dbURL, "dlq", "show", "77")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "no dead letter with job id 77")
 	r = run(t, dbURL, "dlq", "show", "x")
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, `job id must be a number, got "x"`)
-	r = ok(t, run(t, dbURL, "dlq", "purge", "--pool", "p", "--all"))
+	r = ok(t, run(t, dbURL, "dlq", "purge", "--pool", "pp", "--all"))
 	require.Contains(t, r.stdout, "purged 0 dead letter(s) of pool p")
 	r = run(t, dbURL, "dlq", "purge", "--pool", "nope", "--all")
 	require.Equal(t, 1, r.code)

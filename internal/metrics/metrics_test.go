@@ -85,14 +85,14 @@ func TestCollector(t *testing.T) {
 
 	// a takes every event, b only type u (none), c is paused.
 	for _, p := range []fanout.PoolParams{
-		{Name: "a"},
-		{Name: "b", EventTypes: []string{"u"}},
-		{Name: "c"},
+		{Name: "pa"},
+		{Name: "pb", EventTypes: []string{"u"}},
+		{Name: "pc"},
 	} {
 		_, _, err := fanout.CreatePool(ctx, db, p)
 		require.NoError(t, err)
 	}
-	_, _, err := fanout.SetPoolStatus(ctx, db, "c", fanout.PoolPaused)
+	_, _, err := fanout.SetPoolStatus(ctx, db, "pc", fanout.PoolPaused)
 	require.NoError(t, err)
 	for range 3 {
 		_, err := db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}')`)
@@ -119,32 +119,32 @@ func TestCollector(t *testing.T) {
 		`riverbus_gaps_skipped_total`:     "0",
 		`riverbus_late_events_total`:      "0",
 
-		`riverbus_pool_cursor{pool="a"}`:                      "3",
-		`riverbus_pool_checkpoint{pool="a"}`:                  "0",
-		`riverbus_pool_lag{pool="a"}`:                         "3",
-		`riverbus_pool_events_fanned_out_total{pool="a"}`:     "3",
-		`riverbus_pool_late_events_delivered_total{pool="a"}`: "0",
-		`riverbus_pool_jobs{pool="a",state="available"}`:      "3",
-		`riverbus_pool_jobs{pool="a",state="discarded"}`:      "0",
-		`riverbus_pool_jobs{pool="a",state="completed"}`:      "0",
-		`riverbus_pool_dead_letters{pool="a"}`:                "0",
-		`riverbus_pool_paused{pool="a"}`:                      "0",
+		`riverbus_pool_cursor{pool="pa"}`:                      "3",
+		`riverbus_pool_checkpoint{pool="pa"}`:                  "0",
+		`riverbus_pool_lag{pool="pa"}`:                         "3",
+		`riverbus_pool_events_fanned_out_total{pool="pa"}`:     "3",
+		`riverbus_pool_late_events_delivered_total{pool="pa"}`: "0",
+		`riverbus_pool_jobs{pool="pa",state="available"}`:      "3",
+		`riverbus_pool_jobs{pool="pa",state="discarded"}`:      "0",
+		`riverbus_pool_jobs{pool="pa",state="completed"}`:      "0",
+		`riverbus_pool_dead_letters{pool="pa"}`:                "0",
+		`riverbus_pool_paused{pool="pa"}`:                      "0",
 
-		`riverbus_pool_cursor{pool="b"}`:                  "3", // filtered out
-		`riverbus_pool_lag{pool="b"}`:                     "3",
-		`riverbus_pool_events_fanned_out_total{pool="b"}`: "0",
-		`riverbus_pool_jobs{pool="b",state="available"}`:  "0",
+		`riverbus_pool_cursor{pool="pb"}`:                  "3", // filtered out
+		`riverbus_pool_lag{pool="pb"}`:                     "3",
+		`riverbus_pool_events_fanned_out_total{pool="pb"}`: "0",
+		`riverbus_pool_jobs{pool="pb",state="available"}`:  "0",
 
-		`riverbus_pool_cursor{pool="c"}`:                 "0",
-		`riverbus_pool_paused{pool="c"}`:                 "1",
-		`riverbus_pool_jobs{pool="c",state="available"}`: "0",
+		`riverbus_pool_cursor{pool="pc"}`:                 "0",
+		`riverbus_pool_paused{pool="pc"}`:                 "1",
+		`riverbus_pool_jobs{pool="pc",state="available"}`: "0",
 	} {
 		require.Equal(t, want, s[series], series)
 	}
 	// Every River state is there, and nothing for other kinds.
 	n := 0
 	for series := range s {
-		if strings.HasPrefix(series, `riverbus_pool_jobs{pool="a",`) {
+		if strings.HasPrefix(series, `riverbus_pool_jobs{pool="pa",`) {
 			n++
 		}
 		require.NotContains(t, series, `pool="other"`)
@@ -156,12 +156,12 @@ func TestCollector(t *testing.T) {
 	// The first job of a fails for good: a dead letter, and the checkpoint
 	// stops below it. Then the horizon counters and gap tables move.
 	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now()
-WHERE id = (SELECT min(id) FROM river_job WHERE kind = 'a')`)
+WHERE id = (SELECT min(id) FROM river_job WHERE kind = 'pa')`)
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
-WHERE id = (SELECT max(id) FROM river_job WHERE kind = 'a')`)
+WHERE id = (SELECT max(id) FROM river_job WHERE kind = 'pa')`)
 	require.NoError(t, err)
-	cp, err := checkpoint.Advance(ctx, db, "a")
+	cp, err := checkpoint.Advance(ctx, db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), cp)
 	_, err = db.Exec(ctx, `
@@ -180,13 +180,13 @@ INSERT INTO riverbus_skipped (sequence, xid_bound, late_at) VALUES (7, '1', NULL
 		`riverbus_gaps_skipped_total`:     "2",
 		`riverbus_late_events_total`:      "1",
 
-		`riverbus_pool_checkpoint{pool="a"}`:             "1",
-		`riverbus_pool_lag{pool="a"}`:                    "2",
-		`riverbus_pool_jobs{pool="a",state="available"}`: "1",
-		`riverbus_pool_jobs{pool="a",state="discarded"}`: "1",
-		`riverbus_pool_jobs{pool="a",state="completed"}`: "1",
-		`riverbus_pool_dead_letters{pool="a"}`:           "1",
-		`riverbus_pool_dead_letters{pool="b"}`:           "0",
+		`riverbus_pool_checkpoint{pool="pa"}`:             "1",
+		`riverbus_pool_lag{pool="pa"}`:                    "2",
+		`riverbus_pool_jobs{pool="pa",state="available"}`: "1",
+		`riverbus_pool_jobs{pool="pa",state="discarded"}`: "1",
+		`riverbus_pool_jobs{pool="pa",state="completed"}`: "1",
+		`riverbus_pool_dead_letters{pool="pa"}`:           "1",
+		`riverbus_pool_dead_letters{pool="pb"}`:           "0",
 	} {
 		require.Equal(t, want, s[series], series)
 	}
@@ -195,7 +195,7 @@ INSERT INTO riverbus_skipped (sequence, xid_bound, late_at) VALUES (7, '1', NULL
 func TestCollectorLint(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(t.Context(), db, fanout.PoolParams{Name: "a"})
+	_, _, err := fanout.CreatePool(t.Context(), db, fanout.PoolParams{Name: "pa"})
 	require.NoError(t, err)
 	problems, err := testutil.CollectAndLint(metrics.NewCollector(db, nil))
 	require.NoError(t, err)

@@ -106,3 +106,8 @@ CREATE TRIGGER riverbus_lane_finished AFTER UPDATE ON river_job
 -- As 004 does for every function of the schema: workers keep working where
 -- an operator revoked EXECUTE from PUBLIC.
 GRANT EXECUTE ON FUNCTION riverbus_release_lanes(text[], text[]), riverbus_lanes_finished() TO riverbus_worker;
+
+-- River refuses job kinds of one character (its rule needs two), so a pool
+-- so named could never be worked. NOT VALID: an existing one stays.
+ALTER TABLE riverbus_pool DROP CONSTRAINT riverbus_pool_name_valid,
+  ADD CONSTRAINT riverbus_pool_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{1,99}$') NOT VALID;
