@@ -111,3 +111,32 @@ GRANT EXECUTE ON FUNCTION riverbus_release_lanes(text[], text[]), riverbus_lanes
 -- so named could never be worked. NOT VALID: an existing one stays.
 ALTER TABLE riverbus_pool DROP CONSTRAINT riverbus_pool_name_valid,
   ADD CONSTRAINT riverbus_pool_name_valid CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{1,99}$') NOT VALID;
+
+-- River's rescuer runs in whichever client is the leader, and discards a
+-- stuck job (its worker died mid-job) whose kind that client has no worker
+-- for, however many attempts it has left. riverbus processes each work some
+-- pools, so a job of any other pool would become a dead letter the first
+-- time its worker was killed, instead of being retried. This trigger turns
+-- exactly that discard back into a retry: a riverbus pool's job, running,
+-- discarded with attempts left, whose last error is the rescuer's. The
+-- delay is River's default policy (attempt^4 seconds). Retried, it keeps its
+-- lane in an ordered pool, as any retry does.
+CREATE FUNCTION riverbus_rescue_retry() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.errors IS NOT NULL AND cardinality(NEW.errors) > 0
+    AND NEW.errors[cardinality(NEW.errors)]->>'error' = 'Stuck job rescued by JobRescuer'
+    AND EXISTS (SELECT 1 FROM riverbus_pool p WHERE p.name = NEW.kind)
+  THEN
+    NEW.state := 'retryable';
+    NEW.finalized_at := NULL;
+    NEW.scheduled_at := now() + make_interval(secs => least(power(greatest(NEW.attempt, 1), 4), 86400));
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER riverbus_rescue_retry BEFORE UPDATE OF state ON river_job
+  FOR EACH ROW WHEN (OLD.state = 'running' AND NEW.state = 'discarded' AND NEW.attempt < NEW.max_attempts)
+  EXECUTE FUNCTION riverbus_rescue_retry();
+
+GRANT EXECUTE ON FUNCTION riverbus_rescue_retry() TO riverbus_worker;
