@@ -19,12 +19,15 @@ import (
 // about 100 ms later, and a key's events would run at a few per second.
 // River's completer then finds the job completed already and leaves it.
 //
-// The extra transaction per job pays off while a process works few lane
-// jobs at once (latency is what matters then); under load River's batched
-// completer is cheaper and the lanes are kept busy by the queue's backlog,
-// so above LaneHandoffBusy lane jobs in flight in this process it leaves
-// completion to River (the ordered-vs-unordered bench's drain went from 350
-// to 645 jobs/s with this limit).
+// The extra transaction per job pays off only while a process works a
+// single lane job at a time (a globally ordered pool, one busy key):
+// latency is what matters then. As soon as a second lane job is in flight
+// in this process it leaves completion to River's batched completer, whose
+// one statement per batch releases every finished lane at once (migration
+// 005). In the ordered-vs-unordered bench's drain (200 keys) that limit
+// gave 1.5k jobs/s, against 843 with a limit of 8 and 639 with 32; with no
+// immediate completion at all a single key would wait for River's
+// completer at every hand-off.
 //
 // ClientConfig installs it. Jobs of unordered pools pass through untouched.
 type LaneHandoff struct {
@@ -33,8 +36,9 @@ type LaneHandoff struct {
 }
 
 // LaneHandoffBusy is how many lane jobs may be in flight in one process
-// before LaneHandoff leaves completion to River's batched completer.
-const LaneHandoffBusy = 8
+// for LaneHandoff to complete one itself; above it, River's batched
+// completer does.
+const LaneHandoffBusy = 1
 
 type handoffArgs struct{}
 
