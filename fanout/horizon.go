@@ -37,7 +37,10 @@ import (
 // holds a RowExclusiveLock on riverbus_event from before it takes its
 // sequence until it ends, so an xid whose transaction pg_locks shows running
 // without that lock, or running in another database, cannot be X and is
-// left out of xip(S2) (sqlPossibleWriters).
+// left out of xip(S2) (sqlPossibleWriters). pg_locks must be read once for
+// this, and the xid still be in progress after the read: X seen running in
+// one read and, committed meanwhile, without its lock in another would be
+// left out while g is not yet visible in S2, and g "proven" dead.
 
 // gapRow is an open gap: a run of missing sequences just above the horizon,
 // seen while a higher sequence was visible.
