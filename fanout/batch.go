@@ -364,10 +364,11 @@ func (f *Fanout) insertParams(ctx context.Context, tx pgx.Tx, p *lockedPool, uni
 // releases (each holding its bucket's lock shared for one short
 // transaction) cannot starve the batch, as try-locks alone did.
 //
-// A release that completes several jobs in one statement (River's batch
-// completer, the sweep) takes their buckets shared in row order, not bucket
-// order, so waiting in bucket order can still close a cycle with one. The
-// wait is therefore bounded by laneLockWait, well under PostgreSQL's
+// Releases take their buckets shared in bucket order too (migration 005),
+// but a transaction that releases lanes in two statements (a delete, then a
+// completion) can still hold a higher bucket while asking for a lower one,
+// and so close a cycle with a waiting batch. The wait is therefore bounded
+// by laneLockWait, well under PostgreSQL's
 // deadlock_timeout: on timeout the batch gives back the buckets it got (a
 // savepoint), lets the release through and tries again, instead of waiting
 // for the deadlock detector to abort one side a second later.
@@ -448,16 +449,9 @@ func scanEvent(row pgx.CollectableRow) (event, error) {
 // ReleaseStuckLanes makes available the next job of every ordered lane that
 // has pending jobs and none in flight: the safety net behind the release
 // trigger (for a job deleted while pending jobs of its lane were being
-// inserted, say). It returns how many jobs it released. It also promotes
-// due retries (PromoteLaneRetries). Run does both in the background.
+// inserted, say). It returns how many jobs it released. Run calls it every
+// few seconds beside the passes.
 func ReleaseStuckLanes(ctx context.Context, db DB) (int64, error) {
-	if _, err := PromoteLaneRetries(ctx, db); err != nil {
-		return 0, err
-	}
-	return releaseStuckLanes(ctx, db)
-}
-
-func releaseStuckLanes(ctx context.Context, db DB) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, sqlReleaseStuckLanes).Scan(&n); err != nil {
 		return 0, fmt.Errorf("release stuck lanes: %w", err)

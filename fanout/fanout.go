@@ -262,7 +262,7 @@ func (f *Fanout) sweepLoop(ctx context.Context) {
 				return nil
 			}
 			lastStuck = time.Now()
-			n, err := releaseStuckLanes(ctx, f.db)
+			n, err := ReleaseStuckLanes(ctx, f.db)
 			if n > 0 {
 				f.logger.Warn("released ordered lanes that had no job in flight", "jobs", n)
 			}

@@ -437,12 +437,12 @@ func horizonRound(ctx context.Context, q roundConn, own bool, gapTimeout time.Du
 // RetireLateEvents deletes the records of late events that every pool has
 // handled.
 //
-// JIT is off for it: on tables not yet analyzed its estimated cost is high
-// enough for PostgreSQL to JIT-compile it, which took seconds under load.
+// It runs with the rounds' settings (sqlTxSettings): JIT off, asynchronous
+// commit.
 func RetireLateEvents(ctx context.Context, db DB) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
+		if _, err := tx.Exec(ctx, sqlTxSettings); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, sqlSkippedRetire)

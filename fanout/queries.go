@@ -215,9 +215,8 @@ ORDER BY e.global_sequence`
 	sqlLaneTryLock = `SELECT coalesce(bool_and(pg_try_advisory_xact_lock(riverbus_lane_lock_class($1), b)), true)
 FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l) s`
 
-	// The same locks, waiting for each in bucket order (a release holds
-	// only one bucket at a time, so the order rules out deadlocks with
-	// releases done one job per transaction).
+	// The same locks, waiting for each in bucket order, the order in which
+	// releases take them shared.
 	sqlLaneLock = `SELECT count(pg_advisory_xact_lock(riverbus_lane_lock_class($1), b))
 FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l ORDER BY 1) s`
 
@@ -226,10 +225,12 @@ FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l 
 	sqlSetLockTimeout = `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`
 
 	// Lanes with a job in flight (anything unfinished but pending), or,
-	// when the pool blocks on dead letters, with a dead letter.
+	// when the pool blocks on dead letters, with a dead letter. The states
+	// are spelled as in the riverbus_job_lane_busy index (migration 005),
+	// which holds only in-flight lane jobs.
 	sqlBusyLanes = `SELECT DISTINCT metadata->>'riverbus_lane' FROM river_job
 WHERE kind = $1 AND metadata ? 'riverbus_lane' AND metadata->>'riverbus_lane' = ANY($2)
-	AND state NOT IN ('cancelled', 'completed', 'discarded') AND state <> 'pending'
+	AND state IN ('available', 'running', 'retryable', 'scheduled')
 UNION
 SELECT lane FROM riverbus_dead_letter WHERE $3 AND pool = $1 AND lane = ANY($2)`
 

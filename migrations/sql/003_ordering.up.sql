@@ -10,8 +10,9 @@
 -- River UI, the rescuer, a cancel, a delete).
 --
 -- The fan-out decides available-or-pending while it holds an exclusive
--- advisory lock on each lane's bucket (taken in bucket order); a release
--- takes the bucket's lock shared and waits. So a release either runs after the fan-out's batch committed and
+-- advisory lock on each lane's bucket (taken with try-locks, so it never
+-- waits while holding one); a release takes the bucket's lock shared and
+-- waits. So a release either runs after the fan-out's batch committed and
 -- sees its pending jobs, or before it and the fan-out sees the lane free.
 
 ALTER TABLE riverbus_pool
