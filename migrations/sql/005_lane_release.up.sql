@@ -7,6 +7,9 @@
 -- close a cycle with a fan-out batch waiting for them in bucket order. The
 -- ordered-vs-unordered bench spent most of its database time there.
 --
+-- (003's header says the fan-out takes bucket locks with try-locks only; it
+-- now also waits for them, in bucket order and for at most 100 ms.)
+--
 -- Now a statement trigger sees every job the statement finished (transition
 -- tables) and releases all their lanes at once: bucket locks taken shared
 -- in bucket order, then one set-based UPDATE of each free lane's lowest
