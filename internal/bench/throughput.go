@@ -77,36 +77,66 @@ func runFanout(ctx context.Context, e *env, name string, pools int) ([]Result, e
 	return []Result{paired(name, "throughput", "jobs/s", rbs, raws, &Target{Of: "ratio", Op: ">=", Value: 0.8}, note)}, nil
 }
 
-func fanoutRiverbus(ctx context.Context, e *env, n, pools int) (rate, size float64, err error) {
+// backlog is a fresh riverbus database holding n events over keys keys
+// (0: one per event) and pools pools, settled, with a Fanout ready to catch
+// up: what the fan-out measurements start from. close releases it all.
+type backlog struct {
+	d     *database
+	db    *pgxpool.Pool
+	f     *fanout.Fanout
+	last  int64
+	close func()
+}
+
+func newBacklog(ctx context.Context, e *env, conns int32, n, keys, pools int, opts ...func(*fanout.PoolParams)) (*backlog, error) {
 	d, err := e.newDatabase(ctx, schemaRiverbus)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, poolConns)
+	db, err := d.connect(ctx, conns)
 	if err != nil {
-		return 0, 0, err
+		d.drop()
+		return nil, err
 	}
-	defer db.Close()
-	last, err := copyEvents(ctx, db, n, 0)
+	b := &backlog{d: d, db: db, close: func() { db.Close(); d.drop() }}
+	err = func() error {
+		if b.last, err = copyEvents(ctx, db, n, keys); err != nil {
+			return err
+		}
+		if _, err := createPools(ctx, db, pools, opts...); err != nil {
+			return err
+		}
+		if err := d.settle(ctx, db); err != nil {
+			return err
+		}
+		b.f, err = fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
+		return err
+	}()
 	if err != nil {
-		return 0, 0, err
+		b.close()
+		return nil, err
 	}
-	if _, err := createPools(ctx, db, pools); err != nil {
-		return 0, 0, err
-	}
-	if err := d.settle(ctx, db); err != nil {
-		return 0, 0, err
-	}
-	f, err := fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
-	if err != nil {
-		return 0, 0, err
-	}
+	return b, nil
+}
+
+// catchUp times the Fanout catching up with the whole backlog.
+func (b *backlog) catchUp(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	if err := catchUp(ctx, f, db, last, phaseTimeout); err != nil {
+	err := catchUp(ctx, b.f, b.db, b.last, phaseTimeout)
+	return time.Since(start), err
+}
+
+func fanoutRiverbus(ctx context.Context, e *env, n, pools int) (rate, size float64, err error) {
+	b, err := newBacklog(ctx, e, poolConns, n, 0, pools)
+	if err != nil {
 		return 0, 0, err
 	}
-	elapsed := time.Since(start)
+	defer b.close()
+	db := b.db
+	elapsed, err := b.catchUp(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
 	if err := expectJobs(ctx, db, n*pools, ""); err != nil {
 		return 0, 0, err
 	}
@@ -201,39 +231,20 @@ func runDrain(ctx context.Context, e *env) ([]Result, error) {
 // pool with opts, and returns how fast the fan-out created the pool's jobs
 // and how fast a River client then completed them.
 func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*fanout.PoolParams)) (fanRate, drainRate float64, err error) {
-	d, err := e.newDatabase(ctx, schemaRiverbus)
+	b, err := newBacklog(ctx, e, workerConns, n, keys, 1, opts...)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, workerConns)
+	defer b.close()
+	elapsed, err := b.catchUp(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer db.Close()
-	last, err := copyEvents(ctx, db, n, keys)
-	if err != nil {
+	fanRate = float64(n) / elapsed.Seconds()
+	if err := b.d.settle(ctx, b.db); err != nil {
 		return 0, 0, err
 	}
-	if _, err := createPools(ctx, db, 1, opts...); err != nil {
-		return 0, 0, err
-	}
-	if err := d.settle(ctx, db); err != nil {
-		return 0, 0, err
-	}
-	f, err := fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
-	if err != nil {
-		return 0, 0, err
-	}
-	start := time.Now()
-	if err := catchUp(ctx, f, db, last, phaseTimeout); err != nil {
-		return 0, 0, err
-	}
-	fanRate = float64(n) / time.Since(start).Seconds()
-	if err := d.settle(ctx, db); err != nil {
-		return 0, 0, err
-	}
-	drainRate, err = drain(ctx, e, db, n)
+	drainRate, err = drain(ctx, e, b.db, n)
 	return fanRate, drainRate, err
 }
 
