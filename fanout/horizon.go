@@ -11,14 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// How the horizon proves a gap (DESIGN.md section 2, with one correction).
+// How the horizon proves a gap (DESIGN.md §2.1).
 //
 // A writer takes its xid X before its sequence g (the trigger calls
 // pg_current_xact_id() before nextval()). Suppose a snapshot S1 shows g
 // missing while some h > g is visible. nextval(g) < nextval(h) < commit of
 // h < S1, so X was assigned before S1 was taken.
 //
-// DESIGN.md records pg_snapshot_xmax(S1) as the bound. That is not enough:
+// The snapshot's xmax, pg_snapshot_xmax(S1), is not a sound bound:
 // xmax is latestCompletedXid+1, and a running X above every completed xid
 // is at or above xmax and is listed in no xip, so it would look ended. (Two
 // writers are enough: G takes xid 100 then sequence 5, H has xid 99 and
@@ -231,7 +231,7 @@ type RoundResult struct {
 	pid uint32 // the backend that ran the round (and sent its notification)
 }
 
-// AdvanceHorizon runs one horizon round (DESIGN.md section 2) unless another
+// AdvanceHorizon runs one horizon round (DESIGN.md §2) unless another
 // instance is running one. gapTimeout is how long a gap may stay open before
 // it is skipped; pageSize is how many visible sequences one round reads.
 //

@@ -55,7 +55,7 @@ func TestWalk(t *testing.T) {
 		require.Empty(t, res.deadGaps)
 	})
 
-	// The case DESIGN.md's xmax rule gets wrong: the writer's xid is at or
+	// The case a snapshot-xmax bound gets wrong: the writer's xid is at or
 	// above the snapshot's xmax, so it is in no xip. The bound must be the
 	// round's own xid, assigned later, which is above it; a bound at or
 	// above xmax never proves anything.

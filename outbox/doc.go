@@ -3,7 +3,8 @@
 //
 // An event committed with the application's state change is fanned out as
 // one River job per consumer pool; an event whose transaction rolls back was
-// never there. See DESIGN.md, sections 1 and 6.
+// never there. See DESIGN.md §1 (why the transaction id is taken before the
+// sequence number).
 //
 // # Appending
 //
