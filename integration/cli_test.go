@@ -220,6 +220,40 @@ func TestUIBindRules(t *testing.T) {
 	p.stop()
 }
 
+// The metrics endpoint has the UI's bind rule (its own credentials), and
+// answers only to its own address.
+func TestMetricsBindRules(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	r := runCLIEnv(t, dbURL, []string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_METRICS_ADDR=0.0.0.0:0"}, "ui")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stdout, "RIVERBUS_METRICS_USER")
+
+	p := start(t, dbURL, "riverbus", []string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_METRICS_ADDR=0.0.0.0:0",
+		"RIVERBUS_METRICS_USER=prom", "RIVERBUS_METRICS_PASSWORD=pw"}, "ui")
+	p.waitOutput("metrics:", 30*time.Second)
+	u := regexp.MustCompile(`metrics: +(\S+)`).FindStringSubmatch(p.out.String())[1]
+	u = strings.NewReplacer("0.0.0.0", "127.0.0.1", "[::]", "127.0.0.1").Replace(u)
+	scrape := func(host string, auth bool) int {
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		if auth {
+			req.SetBasicAuth("prom", "pw")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, scrape("", false))
+	require.Equal(t, http.StatusOK, scrape("", true))
+	require.Equal(t, http.StatusForbidden, scrape("evil.example", true), "DNS rebinding")
+	p.stop()
+}
+
 func runCLIEnv(t *testing.T, dbURL string, env []string, args ...string) cliResult {
 	t.Helper()
 	p := start(t, dbURL, "riverbus", env, args...)

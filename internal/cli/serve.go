@@ -28,6 +28,12 @@ func (a *app) listeners(withUI bool) (uiLn, metricsLn net.Listener, err error) {
 		}
 	}
 	if a.cfg.MetricsAddr != "" {
+		if err := ui.CheckMetricsBind(a.cfg.MetricsAddr, a.cfg.MetricsUser, a.cfg.MetricsPassword); err != nil {
+			if uiLn != nil {
+				uiLn.Close()
+			}
+			return nil, nil, err
+		}
 		if metricsLn, err = net.Listen("tcp", a.cfg.MetricsAddr); err != nil {
 			if uiLn != nil {
 				uiLn.Close()
@@ -51,15 +57,38 @@ func (a *app) serve(ctx context.Context, g *errgroup.Group, db *pgxpool.Pool, ui
 		}
 		g.Go(func() error {
 			defer h.Stop()
-			return ui.ServeListener(ctx, uiLn, h, a.logger)
+			return ui.ServeListener(ctx, uiLn, h, a.serveOpts())
 		})
 	}
 	if metricsLn != nil {
+		// Scrapes read the database on connections of their own, so a
+		// flood of them cannot take the fan-out's or the UI's; and at most
+		// once a second (metrics.MaxAgeDefault), however many there are.
+		mcfg := db.Config().Copy()
+		mcfg.MaxConns, mcfg.MinConns = metricsMaxConns, 0
+		mdb, err := pgxpool.NewWithConfig(ctx, mcfg)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		var h http.Handler = metrics.Handler(metrics.NewRegistry(mdb, &metrics.CollectorOpts{Logger: a.logger}))
+		if a.cfg.MetricsUser != "" {
+			h = ui.BasicAuth(h, a.cfg.MetricsUser, a.cfg.MetricsPassword)
+		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", metrics.Handler(metrics.NewRegistry(db, a.logger)))
-		g.Go(func() error { return ui.ServeListener(ctx, metricsLn, mux, a.logger) })
+		mux.Handle("/metrics", h)
+		g.Go(func() error {
+			defer mdb.Close()
+			return ui.ServeListener(ctx, metricsLn, mux, a.serveOpts())
+		})
 	}
 	return nil
+}
+
+// metricsMaxConns bounds the database connections scrapes use.
+const metricsMaxConns = 1
+
+func (a *app) serveOpts() ui.ServeOpts {
+	return ui.ServeOpts{AllowedHosts: a.cfg.UIAllowedHosts, Logger: a.logger}
 }
 
 func listenerURL(ln net.Listener, path string) string {

@@ -30,10 +30,13 @@ type Config struct {
 	BatchSize        int           `envconfig:"BATCH_SIZE" default:"1000" desc:"Most events a pool turns into jobs in one fan-out transaction."`
 	FanoutWorkers    int           `envconfig:"FANOUT_WORKERS" default:"4" desc:"Pools one fan-out process works on at the same time."`
 
-	UIAddr      string `envconfig:"UI_ADDR" default:"127.0.0.1:8080" desc:"Address River UI listens on. A non-loopback address requires UI_USER and UI_PASSWORD."`
-	UIUser      string `envconfig:"UI_USER" desc:"Basic-auth user for River UI; with UI_PASSWORD, the UI requires it."`
-	UIPassword  string `envconfig:"UI_PASSWORD" desc:"Basic-auth password for River UI."`
-	MetricsAddr string `envconfig:"METRICS_ADDR" default:"127.0.0.1:9090" desc:"Address of the Prometheus metrics endpoint (/metrics). Empty disables it."`
+	UIAddr          string   `envconfig:"UI_ADDR" default:"127.0.0.1:8080" desc:"Address River UI listens on. A non-loopback address requires UI_USER and UI_PASSWORD."`
+	UIUser          string   `envconfig:"UI_USER" desc:"Basic-auth user for River UI; with UI_PASSWORD, the UI requires it."`
+	UIPassword      string   `envconfig:"UI_PASSWORD" desc:"Basic-auth password for River UI."`
+	UIAllowedHosts  []string `envconfig:"UI_ALLOWED_HOSTS" desc:"Comma-separated host or host:port names a reverse proxy forwards River UI and metrics requests under. Requests for any other Host than the address served are refused (DNS rebinding)."`
+	MetricsAddr     string   `envconfig:"METRICS_ADDR" default:"127.0.0.1:9090" desc:"Address of the Prometheus metrics endpoint (/metrics). Empty disables it. A non-loopback address requires METRICS_USER and METRICS_PASSWORD."`
+	MetricsUser     string   `envconfig:"METRICS_USER" desc:"Basic-auth user for the metrics endpoint; with METRICS_PASSWORD, scrapes require it."`
+	MetricsPassword string   `envconfig:"METRICS_PASSWORD" desc:"Basic-auth password for the metrics endpoint."`
 
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
 	LogFormat string `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json."`
@@ -95,6 +98,14 @@ func LoadWithFlags(flags map[string]string) (*Config, error) {
 				return nil, fmt.Errorf("invalid --%s=%q: want a whole number", s.Flag, raw)
 			}
 			field.SetInt(int64(n))
+		case []string:
+			var list []string
+			for _, item := range strings.Split(raw, ",") {
+				if item = strings.TrimSpace(item); item != "" {
+					list = append(list, item)
+				}
+			}
+			field.Set(reflect.ValueOf(list))
 		default:
 			field.SetString(raw)
 		}
@@ -124,12 +135,19 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%s must be between 1 and 1000, got %d", v("FANOUT_WORKERS"), c.FanoutWorkers)
 	case (c.UIUser == "") != (c.UIPassword == ""):
 		return fmt.Errorf("%s and %s must be set together", v("UI_USER"), v("UI_PASSWORD"))
+	case (c.MetricsUser == "") != (c.MetricsPassword == ""):
+		return fmt.Errorf("%s and %s must be set together", v("METRICS_USER"), v("METRICS_PASSWORD"))
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s: %w", v("LOG_LEVEL"), err)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("%s must be text or json, got %q", v("LOG_FORMAT"), c.LogFormat)
+	}
+	for _, h := range c.UIAllowedHosts {
+		if h = strings.TrimSpace(h); h == "" || strings.ContainsAny(h, "/@?# ") {
+			return fmt.Errorf("%s: want host or host:port names separated by commas, got %q", v("UI_ALLOWED_HOSTS"), h)
+		}
 	}
 	for name, addr := range map[string]string{"UI_ADDR": c.UIAddr, "METRICS_ADDR": c.MetricsAddr} {
 		if addr == "" && name == "METRICS_ADDR" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,12 +20,16 @@ import (
 // Namespace is the prefix of every riverbus metric.
 const Namespace = "riverbus"
 
-// TimeoutDefault is the default of CollectorOpts.Timeout.
-const TimeoutDefault = 5 * time.Second
+// Defaults of CollectorOpts fields.
+const (
+	TimeoutDefault = 5 * time.Second
+	MaxAgeDefault  = time.Second
+)
 
 var (
 	descUp             = newDesc("up", "1 when the last scrape read riverbus's state from the database, 0 when it failed.")
 	descScrapeDuration = newDesc("scrape_duration_seconds", "How long reading riverbus's state from the database took.")
+	descStateReads     = newDesc("state_reads_total", "Reads of riverbus's state from the database; scrapes closer together than the collector's max age share one.")
 
 	descHorizon        = newDesc("horizon", "Global horizon: every sequence at or below it is visible or will never commit.")
 	descOpenGaps       = newDesc("open_gaps", "Open gaps: runs of missing sequences just above the horizon.")
@@ -43,7 +48,7 @@ var (
 	descPoolPaused     = newDesc("pool_paused", "1 when the pool's fan-out is paused.", "pool")
 
 	allDescs = []*prometheus.Desc{
-		descUp, descScrapeDuration,
+		descUp, descScrapeDuration, descStateReads,
 		descHorizon, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents,
 		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolPaused,
 	}
@@ -57,18 +62,32 @@ func newDesc(name, help string, labels ...string) *prometheus.Desc {
 type CollectorOpts struct {
 	// Timeout bounds the queries of one scrape. Zero means TimeoutDefault.
 	Timeout time.Duration
+	// MaxAge is how old a read of the database a scrape may be served: a
+	// flood of scrapes makes at most one read per MaxAge, one at a time,
+	// whatever their number. Zero means MaxAgeDefault; -1 reads at every
+	// scrape (still one at a time).
+	MaxAge time.Duration
 	// Logger receives the errors of failed scrapes. Nil means
 	// slog.Default().
 	Logger *slog.Logger
 }
 
 // Collector is a prometheus.Collector that reads riverbus's horizon, pools
-// and their jobs from the database at each scrape. See the package
-// documentation for the metrics. It is safe for concurrent scrapes.
+// and their jobs from the database, at most once per MaxAge and one read at
+// a time. See the package documentation for the metrics. It is safe for
+// concurrent scrapes.
 type Collector struct {
 	db      *pgxpool.Pool
 	timeout time.Duration
+	maxAge  time.Duration
 	logger  *slog.Logger
+
+	mu       sync.Mutex // held through a read: concurrent scrapes wait and share it
+	last     *state
+	lastErr  error
+	lastAt   time.Time
+	lastTook time.Duration
+	reads    int64
 }
 
 // NewCollector returns a Collector for db; opts may be nil. It does not
@@ -80,9 +99,12 @@ func NewCollector(db *pgxpool.Pool, opts *CollectorOpts) *Collector {
 	if opts == nil {
 		opts = &CollectorOpts{}
 	}
-	c := &Collector{db: db, timeout: opts.Timeout, logger: opts.Logger}
+	c := &Collector{db: db, timeout: opts.Timeout, maxAge: opts.MaxAge, logger: opts.Logger}
 	if c.timeout <= 0 {
 		c.timeout = TimeoutDefault
+	}
+	if c.maxAge == 0 {
+		c.maxAge = MaxAgeDefault
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -100,13 +122,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the database and sends the metrics. When the read fails it
 // sends riverbus_up 0 (and the scrape duration) only, and logs the error.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	s, err := c.read(ctx)
-	emit(ch, descScrapeDuration, prometheus.GaugeValue, time.Since(start).Seconds())
+	s, took, reads, err := c.snapshot()
+	emit(ch, descScrapeDuration, prometheus.GaugeValue, took.Seconds())
+	emit(ch, descStateReads, prometheus.CounterValue, float64(reads))
 	if err != nil {
-		c.logger.Error("metrics: read riverbus state", "err", err)
 		emit(ch, descUp, prometheus.GaugeValue, 0)
 		return
 	}
@@ -143,6 +162,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+}
+
+// snapshot returns the last read of the database when it is younger than
+// MaxAge, else reads it again (a failure is kept as long, so a flood of
+// scrapes against a database that is down costs one attempt per MaxAge).
+func (c *Collector) snapshot() (*state, time.Duration, int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.maxAge > 0 && c.reads > 0 && time.Since(c.lastAt) < c.maxAge {
+		return c.last, c.lastTook, c.reads, c.lastErr
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	c.last, c.lastErr = c.read(ctx)
+	c.lastAt, c.lastTook = time.Now(), time.Since(start)
+	c.reads++
+	if c.lastErr != nil {
+		c.logger.Error("metrics: read riverbus state", "err", c.lastErr)
+	}
+	return c.last, c.lastTook, c.reads, c.lastErr
 }
 
 // emit sends one constant metric. A metric that cannot be built (a label
@@ -231,13 +271,12 @@ func (c *Collector) read(ctx context.Context) (*state, error) {
 	return s, nil
 }
 
-// NewRegistry returns a registry with a Collector for db (logging to
-// logger; nil means slog.Default()) and the Go runtime and process
-// collectors.
-func NewRegistry(db *pgxpool.Pool, logger *slog.Logger) *prometheus.Registry {
+// NewRegistry returns a registry with a Collector for db (opts may be nil)
+// and the Go runtime and process collectors.
+func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		NewCollector(db, &CollectorOpts{Logger: logger}),
+		NewCollector(db, opts),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -69,10 +69,11 @@ func scrape(t *testing.T, url string) map[string]string {
 	return series
 }
 
-// serve serves metrics.Handler(metrics.NewRegistry(db, logger)).
+// serve serves metrics.Handler(metrics.NewRegistry(db, ...)), reading the
+// database at every scrape.
 func serve(t *testing.T, db *pgxpool.Pool, logger *slog.Logger) string {
 	t.Helper()
-	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(db, logger)))
+	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(db, &metrics.CollectorOpts{Logger: logger, MaxAge: -1})))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/metrics"
 }
@@ -242,4 +243,27 @@ riverbus_up 0
 `), "riverbus_up", "riverbus_horizon"))
 	require.Less(t, time.Since(start), 5*time.Second)
 	require.Contains(t, logs.String(), "metrics: read riverbus state")
+}
+
+// A flood of scrapes reads the database once per MaxAge, not once per
+// scrape: 100 concurrent scrapes, one read.
+func TestCollectorScrapeFloodSharesOneRead(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewPool(t)
+	_, _, err := fanout.CreatePool(t.Context(), db, fanout.PoolParams{Name: "pa"})
+	require.NoError(t, err)
+	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(db, &metrics.CollectorOpts{MaxAge: time.Hour})))
+	t.Cleanup(srv.Close)
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			require.Equal(t, "1", scrape(t, srv.URL+"/metrics")["riverbus_up"])
+		}()
+	}
+	wg.Wait()
+	s := scrape(t, srv.URL+"/metrics")
+	require.Equal(t, "1", s["riverbus_state_reads_total"])
+	require.Contains(t, s, `riverbus_pool_cursor{pool="pa"}`)
 }

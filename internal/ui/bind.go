@@ -8,9 +8,9 @@ import (
 	"strings"
 )
 
-// ErrAuthRequired is returned by CheckBind for an address reachable from
-// other hosts when no credentials are set.
-var ErrAuthRequired = errors.New("River UI on a non-loopback address requires RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD")
+// ErrAuthRequired is wrapped by CheckBind's and CheckMetricsBind's error for
+// an address reachable from other hosts when no credentials are set.
+var ErrAuthRequired = errors.New("a non-loopback address requires a user and a password")
 
 // CheckBind returns nil when River UI may listen on addr (host:port): a
 // loopback address (127.0.0.0/8, ::1 or localhost) always, any other address
@@ -18,9 +18,19 @@ var ErrAuthRequired = errors.New("River UI on a non-loopback address requires RI
 // every interface, so it needs them too. The error for a refused address
 // wraps ErrAuthRequired and says what to do.
 func CheckBind(addr, user, password string) error {
+	return checkBind("River UI", "UI", "cancel, retry or delete jobs and read every event", "127.0.0.1:8080", addr, user, password)
+}
+
+// CheckMetricsBind is CheckBind for the metrics endpoint, whose credentials
+// are RIVERBUS_METRICS_USER and RIVERBUS_METRICS_PASSWORD.
+func CheckMetricsBind(addr, user, password string) error {
+	return checkBind("metrics", "METRICS", "read every pool's name and figures and load the database with scrapes", "127.0.0.1:9090", addr, user, password)
+}
+
+func checkBind(what, env, risk, example, addr, user, password string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("UI address must be host:port, got %q: %w", addr, err)
+		return fmt.Errorf("%s address must be host:port, got %q: %w", what, addr, err)
 	}
 	if user != "" && password != "" {
 		return nil
@@ -32,9 +42,9 @@ func CheckBind(addr, user, password string) error {
 	if host == "" {
 		where = "every interface"
 	}
-	return fmt.Errorf("refusing to serve River UI on %s (%s) without authentication: anyone who can reach it could cancel, retry or delete jobs. "+
-		"Set RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD, or listen on a loopback address such as 127.0.0.1:8080: %w",
-		addr, where, ErrAuthRequired)
+	return fmt.Errorf("refusing to serve %s on %s (%s) without authentication: anyone who can reach it could %s. "+
+		"Set RIVERBUS_%s_USER and RIVERBUS_%s_PASSWORD, or listen on a loopback address such as %s: %w",
+		what, addr, where, risk, env, env, example, ErrAuthRequired)
 }
 
 // isLoopback reports whether host names only this machine.

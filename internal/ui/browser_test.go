@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +56,8 @@ func TestBrowser(t *testing.T) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true), // /dev/shm is small in containers
+		// A DNS-rebinding attacker's name, pointed at this machine.
+		chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"),
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
 		chromedp.UserDataDir(userDataDir),
@@ -72,6 +77,67 @@ func TestBrowser(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(http.StatusOK), resp.Status)
 		require.NoError(t, chromedp.Do(tab, waitForText("billing")))
+	})
+
+	// A page of another origin that the operator's browser opens sends the
+	// API a "simple" cross-origin POST (text/plain, no preflight). Served
+	// unguarded, River UI cancels the job; behind Guard it stays.
+	t.Run("ForeignPageCannotChangeJobs", func(t *testing.T) {
+		attack := func(t *testing.T, uiBase string, id int64) {
+			t.Helper()
+			page := `<!doctype html><title>loading</title><script>
+fetch(` + "`" + uiBase + `/api/jobs/cancel` + "`" + `, {method: "POST", mode: "no-cors",
+	headers: {"Content-Type": "text/plain"}, body: '{"ids":["` + strconv.FormatInt(id, 10) + `"]}'})
+	.then(() => { document.title = "sent"; }, (e) => { document.title = "sent: " + e; });
+</script>`
+			evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				_, _ = io.WriteString(w, page)
+			}))
+			t.Cleanup(evil.Close)
+			tab, cancelTab := chromedp.NewContext(browserCtx)
+			defer cancelTab()
+			_, err := chromedp.Run(tab, chromedp.NavigateResponse(evil.URL+"/"))
+			require.NoError(t, err)
+			require.NoError(t, chromedp.Do(tab, chromedp.Poll[chromedp.Void](`document.title.startsWith("sent")`,
+				chromedp.WithPollingInterval(50*time.Millisecond))))
+		}
+
+		// Control: River UI without the guard does what the page asks.
+		open := setup(t)
+		openSrv := newServer(t, open, ui.Opts{})
+		openID := billingJob(t, open.db)
+		attack(t, openSrv.URL, openID)
+		require.Eventually(t, func() bool { return jobState(t, open.db, openID) == "cancelled" }, 10*time.Second, 50*time.Millisecond,
+			"the unguarded control must show the attack works")
+
+		b := setup(t)
+		addr := serveGuarded(t, b, "127.0.0.1:0", ui.ServeOpts{})
+		id := billingJob(t, b.db)
+		attack(t, "http://"+addr, id)
+		require.Equal(t, "available", jobState(t, b.db, id))
+	})
+
+	// DNS rebinding: the attacker's name resolves to this machine, so the
+	// page would read the API as its own origin. Refused by Host.
+	t.Run("DNSRebinding", func(t *testing.T) {
+		b := setup(t)
+		addr := serveGuarded(t, b, "127.0.0.1:0", ui.ServeOpts{})
+		_, port, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		tab, cancelTab := chromedp.NewContext(browserCtx)
+		defer cancelTab()
+
+		resp, err := chromedp.Run(tab, chromedp.NavigateResponse("http://evil.example:"+port+"/api/jobs?state=available"))
+		require.NoError(t, err)
+		require.Equal(t, int64(http.StatusForbidden), resp.Status)
+		text, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		require.NoError(t, err)
+		require.NotContains(t, text, "billing")
+
+		resp, err = chromedp.Run(tab, chromedp.NavigateResponse("http://"+addr+"/api/jobs?state=available"))
+		require.NoError(t, err)
+		require.Equal(t, int64(http.StatusOK), resp.Status)
 	})
 
 	t.Run("BasicAuth", func(t *testing.T) {
@@ -129,7 +195,7 @@ func serveUI(t *testing.T, ctx context.Context, opts ui.Opts) string {
 	require.NoError(t, err)
 	srvCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
-	go func() { done <- ui.ServeListener(srvCtx, ln, h, b.logger) }()
+	go func() { done <- ui.ServeListener(srvCtx, ln, h, ui.ServeOpts{Logger: b.logger}) }()
 	t.Cleanup(func() {
 		stop()
 		require.NoError(t, <-done)

@@ -21,5 +21,8 @@
 // # Serving
 //
 // Serve and ServeListener run an http.Server with timeouts until the context
-// ends, then shut it down gracefully.
+// ends, then shut it down gracefully. Every request passes Guard first:
+// even on loopback, any web page the operator's browser opens can send
+// requests to the server, so requests for another Host (DNS rebinding) and
+// state-changing requests from another origin (CSRF) are refused.
 package ui

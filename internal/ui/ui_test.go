@@ -213,6 +213,16 @@ func TestCheckBind(t *testing.T) {
 	}
 }
 
+func TestCheckMetricsBind(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, ui.CheckMetricsBind("127.0.0.1:9090", "", ""))
+	require.NoError(t, ui.CheckMetricsBind("0.0.0.0:9090", "prom", "pw"))
+	err := ui.CheckMetricsBind("0.0.0.0:9090", "", "")
+	require.ErrorIs(t, err, ui.ErrAuthRequired)
+	require.ErrorContains(t, err, "RIVERBUS_METRICS_USER")
+	require.ErrorContains(t, err, "metrics")
+}
+
 func TestServe(t *testing.T) {
 	t.Parallel()
 
@@ -222,7 +232,7 @@ func TestServe(t *testing.T) {
 		require.NoError(t, err)
 		defer ln.Close()
 		addr := ln.Addr().String()
-		err = ui.Serve(t.Context(), addr, http.NotFoundHandler(), slog.New(slog.DiscardHandler))
+		err = ui.Serve(t.Context(), addr, http.NotFoundHandler(), ui.ServeOpts{Logger: slog.New(slog.DiscardHandler)})
 		require.Error(t, err)
 		require.Contains(t, err.Error(), addr)
 	})
@@ -236,7 +246,7 @@ func TestServe(t *testing.T) {
 		go func() {
 			errc <- ui.ServeListener(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.WriteString(w, "ok")
-			}), slog.New(slog.DiscardHandler))
+			}), ui.ServeOpts{Logger: slog.New(slog.DiscardHandler)})
 		}()
 		resp, body := get(t, "http://"+ln.Addr().String()+"/", nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
