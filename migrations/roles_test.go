@@ -168,7 +168,8 @@ func TestRolesGrants(t *testing.T) {
 			"riverbus_gap":                   "DELETE,INSERT,SELECT",
 			"riverbus_horizon":               "SELECT,UPDATE",
 			"riverbus_migration":             "SELECT",
-			"riverbus_pool":                  "SELECT,UPDATE",
+			"riverbus_pool":                  "SELECT",
+			"columns of riverbus_pool":       "UPDATE",
 			"riverbus_pool_checkpoint":       "INSERT,SELECT,UPDATE",
 			"riverbus_pool_late":             "INSERT,SELECT",
 			"riverbus_skipped":               "DELETE,INSERT,SELECT,UPDATE",
@@ -268,6 +269,26 @@ func TestAppRole(t *testing.T) {
 	version, err := migrations.Version(ctx, app)
 	require.NoError(t, err)
 	require.Positive(t, version)
+
+	// A forged audit record: the app names another transaction (here one
+	// that has its id and has not recorded its command yet). The database
+	// files the record under the inserter's own transaction instead, and
+	// the named transaction records its command as usual.
+	victim, err := app.Begin(ctx)
+	require.NoError(t, err)
+	defer victim.Rollback(ctx) //nolint:errcheck
+	var victimXid, forgerXid string
+	require.NoError(t, victim.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&victimXid))
+	require.NoError(t, pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO riverbus_command (transaction_id, type, data) VALUES ($1::text::xid8, 'forged', '{}')
+			RETURNING transaction_id::text`, victimXid).Scan(&forgerXid); err != nil {
+			return err
+		}
+		return nil
+	}))
+	require.NotEqual(t, victimXid, forgerXid)
+	require.NoError(t, outbox.RecordCommandTx(ctx, victim, outbox.Command{Type: "pay", Data: json.RawMessage(`{}`)}))
+	require.NoError(t, victim.Commit(ctx))
 
 	requireDenied(t, app,
 		// River's tables.
@@ -444,11 +465,22 @@ func TestWorkerRole(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, dead)
 
-	// Pausing and resuming is the worker's too; creating pools is not.
+	// Pausing, resuming and resetting is the worker's too; creating pools
+	// and changing what they are is not.
 	_, _, err = fanout.SetPoolStatus(ctx, worker, "billing", fanout.PoolPaused)
 	require.NoError(t, err)
 	_, _, err = fanout.SetPoolStatus(ctx, worker, "billing", fanout.PoolActive)
 	require.NoError(t, err)
+	_, err = fanout.ResetPool(ctx, worker, "billing", 0)
+	require.NoError(t, err)
+	var updatable []string
+	rows, err := b.owner.Query(ctx, `SELECT a.attname FROM pg_attribute a
+		WHERE a.attrelid = 'riverbus_pool'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+			AND has_column_privilege('riverbus_worker', 'riverbus_pool', a.attname, 'UPDATE') ORDER BY a.attname`)
+	require.NoError(t, err)
+	updatable, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"cursor_seq", "events_fanned_out", "late_events_delivered", "start_after", "status", "updated_at"}, updatable)
 
 	requireDenied(t, worker,
 		// The schema.
@@ -466,9 +498,14 @@ func TestWorkerRole(t *testing.T) {
 		`DELETE FROM riverbus_event`,
 		`INSERT INTO riverbus_command (type, data) VALUES ('pay', '{}')`,
 		`SELECT setval('riverbus_event_global_sequence', 1)`,
-		// Pools are created and deleted by the owner.
+		// Pools are created, changed and deleted by the owner.
 		`INSERT INTO riverbus_pool (name, start_after, cursor_seq) VALUES ('other', 0, 0)`,
 		`DELETE FROM riverbus_pool`,
+		`UPDATE riverbus_pool SET name = 'renamed'`,
+		`UPDATE riverbus_pool SET queue = 'other'`,
+		`UPDATE riverbus_pool SET event_types = '{spam}', tags = '{}'`,
+		`UPDATE riverbus_pool SET ordering = 'none', grouping = 'none', on_dead_letter = 'release'`,
+		`UPDATE riverbus_pool SET max_attempts = 1, priority = 4`,
 	)
 	require.Empty(t, logs.Lines())
 }
