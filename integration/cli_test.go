@@ -152,6 +152,19 @@ func TestTailProcess(t *testing.T) {
 	require.Equal(t, []int64{1, 2, 3, 4}, seqs)
 	eventually(t, 30*time.Second, "two invoices tailed", func() bool { return strings.Count(invoices.out.String(), "invoice.created") == 2 })
 	require.NotContains(t, invoices.out.String(), "order.placed")
+
+	// An appender's control characters reach the terminal escaped: no
+	// cleared screen, no forged line.
+	_, err = outbox.Append(ctx, db, outbox.Event{Type: "invoice.created", Key: "c2\x1b[2J\r\nlevel=ERROR msg=forged",
+		Tags: []string{"note=\u202eevil"}, Data: json.RawMessage(`{"n":"\u001b[31m"}`)})
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, "the third invoice tailed", func() bool { return strings.Count(invoices.out.String(), "invoice.created") == 3 })
+	out := invoices.out.String()
+	require.NotContains(t, out, "\x1b")
+	require.NotContains(t, out, "\r")
+	require.NotContains(t, out, "\u202e")
+	require.NotContains(t, out, "\nlevel=ERROR")
+	require.Contains(t, out, `key=c2\x1b[2J\x0d\x0alevel=ERROR msg=forged`)
 	all.stop()
 	invoices.stop()
 	fan.stop()

@@ -42,7 +42,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", err, cmd.UsageString())
 			return 2
 		}
-		fmt.Fprintf(stderr, "riverbus: %s\n", err)
+		// An error may quote an event's type, key or a handler's error.
+		fmt.Fprintf(stderr, "riverbus: %s\n", safe(err.Error()))
 		return 1
 	}
 	return 0

@@ -62,7 +62,7 @@ func (a *app) dlqListCommand() *cobra.Command {
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "JOB\tPOOL\tSEQUENCE\tTYPE\tKEY\tATTEMPTS\tDISCARDED\tLAST ERROR")
 			for _, d := range dls {
-				fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\n", d.JobID, d.Pool, d.GlobalSequence, d.EventType, d.EventKey,
+				fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\n", d.JobID, safe(d.Pool), d.GlobalSequence, safe(d.EventType), safe(d.EventKey),
 					d.Attempt, d.MaxAttempts, d.DiscardedAt.Format(time.DateTime), truncate(d.LastError, 60))
 			}
 			return w.Flush()

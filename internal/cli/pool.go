@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -135,7 +134,7 @@ func listOrAll(s []string) string {
 	if len(s) == 0 {
 		return "(all)"
 	}
-	return strings.Join(s, ",")
+	return safeList(s)
 }
 
 func (a *app) poolListCommand() *cobra.Command {

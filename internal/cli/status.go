@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -158,7 +159,7 @@ func (r *statusReport) render(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POOL\tSTATUS\tORDERING\tCURSOR\tCHECKPOINT\tLAG\tJOBS\tDEAD\tDONE/MIN\tLAST ERROR")
 	for _, p := range r.Pools {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", p.Name, p.Status, p.Ordering, p.Cursor, p.Checkpoint, p.Lag,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", safe(p.Name), p.Status, p.Ordering, p.Cursor, p.Checkpoint, p.Lag,
 			jobsSummary(p.Jobs), p.DeadLetters, p.CompletedPerMin, truncate(p.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
@@ -213,12 +214,13 @@ func jobsSummary(jobs map[string]int64) string {
 	return strings.Join(parts, ",")
 }
 
+// truncate escapes s for the terminal (see safe) and cuts it to n runes.
 func truncate(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) <= n {
+	s = safe(s)
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	return string([]rune(s)[:n-1]) + "…"
 }
 
 func (a *app) statusCommand() *cobra.Command {

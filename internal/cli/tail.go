@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -121,7 +120,7 @@ func (a *app) tail(ctx context.Context, db *pgxpool.Pool, after int64, filter *f
 				continue
 			}
 			fmt.Fprintf(a.stdout, "%d  %s  %s  key=%s  tags=%s  %s\n", e.GlobalSequence, e.OccurredAt.Format(time.RFC3339Nano),
-				e.Type, e.Key, strings.Join(e.Tags, ","), e.Data)
+				safe(e.Type), safe(e.Key), safeList(e.Tags), safe(string(e.Data)))
 		}
 		if len(events) == 1000 {
 			continue
