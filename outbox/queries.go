@@ -171,3 +171,8 @@ LIMIT $2::bigint`
 const recordCommandQuery = `
 INSERT INTO riverbus_command (type, data, metadata)
 VALUES ($1, $2::text::jsonb, $3::text::jsonb)`
+
+// skipNotifyQuery is SET LOCAL riverbus.notify = off, as a function call so
+// that it runs in every query execution mode; the trigger
+// riverbus_event_notify reads the setting (migration 010).
+const skipNotifyQuery = `SELECT set_config('riverbus.notify', 'off', true)`

@@ -51,7 +51,10 @@ type Opts struct {
 	// MaxConnections is max_connections. Zero means 400.
 	MaxConnections int
 
-	// Settings are extra server settings, passed as -c name=value.
+	// Settings are extra server settings, passed as -c name=value. They
+	// override the defaults, which include max_prepared_transactions = 64
+	// (PostgreSQL's own default, 0, refuses PREPARE TRANSACTION, which the
+	// tests of two-phase-commit writers need).
 	Settings map[string]string
 
 	// Logf, when set, receives progress messages.
@@ -181,6 +184,7 @@ func Start(ctx context.Context, opts Opts) (*Server, error) {
 		"logging_collector":                   "off",
 		"max_locks_per_transaction":           "256",
 		"idle_in_transaction_session_timeout": "0",
+		"max_prepared_transactions":           "64",
 	}
 	if !opts.Durable {
 		settings["fsync"] = "off"

@@ -27,6 +27,10 @@ func TestStartRestartStop(t *testing.T) {
 	}
 	conn, err := pgx.Connect(ctx, srv.URL("postgres"))
 	require.NoError(t, err)
+	// Two-phase commit is on by default (tests of prepared writers need it).
+	var prepared string
+	require.NoError(t, conn.QueryRow(ctx, "SHOW max_prepared_transactions").Scan(&prepared))
+	require.Equal(t, "64", prepared)
 	_, err = conn.Exec(ctx, "CREATE TABLE kept (id int)")
 	require.NoError(t, err)
 
