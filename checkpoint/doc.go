@@ -10,6 +10,7 @@
 //
 //   - Computing: Advance, AdvanceAll
 //   - Reading: Get, Status, ErrUnknownPool
+//   - What holds a checkpoint: GetHolder, Holder, Job
 //   - Waiting: WaitFor, WaitOpts
 //
 // # Computing
@@ -45,6 +46,18 @@
 // Get returns the stored horizon, cursor and checkpoint of a pool and its
 // lag, without advancing anything. A pool name that does not exist gives an
 // error wrapping ErrUnknownPool whose message lists the pools that do.
+//
+// # What holds a checkpoint
+//
+// GetHolder names the job that keeps a pool's checkpoint where it is: the
+// pool's unfinished job of the lowest sequence (the same index probe as
+// Advance), with its state, attempt and maximum attempts, the time of its
+// next attempt and its last error. A job retried with backoff holds the
+// checkpoint, and so the pool's lag grows, until it succeeds or becomes a
+// dead letter. In an ordered pool the holder may be a pending job waiting
+// for its lane; Holder.LaneBlocker then names what the lane waits for: the
+// lane's job in flight or, with --on-dead-letter block, its dead letter.
+// `riverbus status` and the metrics show it.
 //
 // # Waiting
 //

@@ -37,3 +37,46 @@ FROM computed c`
 FROM riverbus_pool p CROSS JOIN riverbus_horizon h LEFT JOIN riverbus_pool_checkpoint pc ON pc.pool = p.name
 WHERE p.name = $1`
 )
+
+// The ORDER BY expression of sqlHolder is the index's expression too (see
+// above): with kind = $1 and the index's predicate, the lowest unfinished
+// sequence of a pool is the first entry of an index scan.
+const (
+	// sqlHolder returns one row for a known pool: when its checkpoint last
+	// moved, the database's clock, and its unfinished job of the lowest
+	// sequence (all NULL when it has none).
+	sqlHolder = `SELECT coalesce(pc.updated_at, p.created_at), now(),
+	h.id, h.seq, h.state, h.attempt, h.max_attempts, h.scheduled_at, h.created_at, h.last_error, h.lane
+FROM riverbus_pool p
+LEFT JOIN riverbus_pool_checkpoint pc ON pc.pool = p.name
+LEFT JOIN LATERAL (
+	SELECT id, (CASE WHEN args->>'global_sequence' ~ '^[0-9]{1,18}$' THEN (args->>'global_sequence')::bigint END) AS seq,
+		state::text AS state, attempt, max_attempts, scheduled_at, created_at,
+		coalesce(errors[cardinality(errors)]->>'error', '') AS last_error, metadata->>'riverbus_lane' AS lane
+	FROM river_job
+	WHERE kind = $1 AND state NOT IN ('cancelled', 'completed', 'discarded')
+		AND (CASE WHEN args->>'global_sequence' ~ '^[0-9]{1,18}$' THEN (args->>'global_sequence')::bigint END) IS NOT NULL
+	ORDER BY (CASE WHEN args->>'global_sequence' ~ '^[0-9]{1,18}$' THEN (args->>'global_sequence')::bigint END)
+	LIMIT 1
+) h ON true
+WHERE p.name = $1`
+
+	// sqlLaneBlocker returns what a lane ($2) of an ordered pool ($1) waits
+	// for: its job in flight (the rules of migration 005), else, in a pool
+	// that blocks on dead letters, its lowest dead letter. No row: nothing.
+	sqlLaneBlocker = `SELECT id, seq, state, attempt, max_attempts, scheduled_at, discarded_at, last_error, dead FROM (
+	(SELECT 0 AS rank, id, (CASE WHEN args->>'global_sequence' ~ '^[0-9]{1,18}$' THEN (args->>'global_sequence')::bigint END) AS seq,
+		state::text AS state, attempt, max_attempts, scheduled_at, NULL::timestamptz AS discarded_at,
+		coalesce(errors[cardinality(errors)]->>'error', '') AS last_error, false AS dead
+	FROM river_job
+	WHERE kind = $1 AND metadata ? 'riverbus_lane' AND metadata->>'riverbus_lane' = $2
+		AND state IN ('available', 'running', 'retryable', 'scheduled')
+	ORDER BY 3, id LIMIT 1)
+	UNION ALL
+	(SELECT 1, d.job_id, d.global_sequence, 'discarded', d.attempt, d.max_attempts, NULL, d.discarded_at,
+		coalesce(d.errors->-1->>'error', ''), true
+	FROM riverbus_dead_letter d JOIN riverbus_pool p ON p.name = d.pool
+	WHERE d.pool = $1 AND d.lane = $2 AND p.on_dead_letter = 'block'
+	ORDER BY d.global_sequence, d.job_id LIMIT 1)
+) b ORDER BY rank LIMIT 1`
+)

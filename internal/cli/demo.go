@@ -38,7 +38,15 @@ type auditArgs struct{ workers.Args }
 
 func (auditArgs) Kind() string { return "audit" }
 
+// demoPoisonEvery is how often (in demo transactions, about 20 a second)
+// an invoice is poison: one every 20-odd seconds. A multiple of 3: every
+// third transaction has an invoice.
+const demoPoisonEvery = 450
+
 var demoPools = []fanout.PoolParams{
+	// billing's poison invoices: 5 attempts within about 5 s (billingWorker.
+	// NextRetry), then a dead letter, and the checkpoint moves on. River's
+	// default backoff would hold billing's checkpoint for some 6 minutes.
 	{Name: "billing", EventTypes: []string{"invoice.created", "invoice.paid"}, MaxAttempts: 5},
 	{Name: "notifications", MaxAttempts: 3},
 	{Name: "audit", MaxAttempts: 10},
@@ -80,6 +88,14 @@ func (w *accountsWorker) Work(ctx context.Context, job *river.Job[accountsArgs])
 
 type billingWorker struct {
 	river.WorkerDefaults[billingArgs]
+}
+
+// NextRetry retries a failed invoice after 0.5 s, 1 s, 1.5 s, 2 s: a poison
+// invoice is a dead letter within seconds, so billing's checkpoint, which
+// a retrying job holds, moves on quickly (River's default backoff, attempt⁴
+// seconds, would hold it for minutes while the lag grows).
+func (w *billingWorker) NextRetry(job *river.Job[billingArgs]) time.Time {
+	return time.Now().Add(time.Duration(job.Attempt) * 500 * time.Millisecond)
 }
 
 type invoice struct {
@@ -190,7 +206,7 @@ func demoTraffic(ctx context.Context, db *pgxpool.Pool, rate int, logger *slog.L
 			Data: mustJSON(map[string]any{"order": fmt.Sprintf("ORD-%06d", n), "cents": cents})}}
 		if n%3 == 0 {
 			data := mustJSON(invoice{Invoice: inv, Cents: int64(cents)})
-			if n%300 == 0 {
+			if n%demoPoisonEvery == 0 {
 				data = json.RawMessage(`{"invoice": 42}`) // poison: invoice must be a string
 			}
 			events = append(events, outbox.Event{Type: "invoice.created", Key: customer, Tags: []string{region}, Data: data})

@@ -26,9 +26,11 @@ DATABASE_URL it starts a throwaway local PostgreSQL first (removed on exit);
 with one it uses that database and removes nothing. It migrates before it
 starts. Ctrl-C stops everything within seconds.
 
---demo also creates three demo pools (billing: invoices only; notifications:
-fails one time in five, so retries and dead letters show; audit: an
-exactly-once projection), appends demo traffic and works the jobs.`,
+--demo also creates four demo pools (billing: invoices only, now and then a
+poison one that is a dead letter within seconds; notifications: fails one
+time in five, so retries and dead letters show; audit: an exactly-once
+projection; accounts: ordered by customer), appends demo traffic and works
+the jobs.`,
 		Example: `  riverbus run --demo                 # what make run does
   DATABASE_URL=postgres://localhost/app riverbus run`,
 		Args: exactArgs(0, "no arguments"),

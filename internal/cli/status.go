@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
 )
 
@@ -30,6 +32,9 @@ type statusReport struct {
 	Pools          []*poolReport `json:"pools"`
 }
 
+// poolReport is one pool in the status. Its LastError is the error that
+// matters most now: that of the job holding the checkpoint (or of what
+// blocks its lane) when it is stuck, else the newest dead letter's.
 type poolReport struct {
 	Name            string           `json:"name"`
 	Status          string           `json:"status"`
@@ -46,7 +51,49 @@ type poolReport struct {
 	DeadLetters     int64            `json:"dead_letters"`
 	LastError       string           `json:"last_error,omitempty"`
 	CompletedPerMin int64            `json:"completed_last_minute"`
+	Holder          *holderReport    `json:"checkpoint_holder,omitempty"`
 }
+
+// jobReport is a job in the status: one holding a checkpoint, or what
+// blocks its lane.
+type jobReport struct {
+	JobID       int64  `json:"job_id"`
+	Sequence    int64  `json:"global_sequence"`
+	State       string `json:"state"`
+	DeadLetter  bool   `json:"dead_letter,omitempty"`
+	Attempt     int    `json:"attempt"`
+	MaxAttempts int    `json:"max_attempts"`
+	// NextAttemptAt is set for a retryable or scheduled job.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	DiscardedAt   *time.Time `json:"discarded_at,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	Lane          *string    `json:"lane,omitempty"`
+	// nextIn is NextAttemptAt by the database's clock, for the text.
+	nextIn time.Duration
+}
+
+// holderReport is the job holding a pool's checkpoint (checkpoint.Holder).
+type holderReport struct {
+	jobReport
+	HeldSince   time.Time `json:"held_since"`
+	HeldSeconds float64   `json:"held_seconds"`
+	// LaneBlockedBy is what a pending holder's lane waits for.
+	LaneBlockedBy *jobReport `json:"lane_blocked_by,omitempty"`
+	// Stuck: the holder, or what blocks its lane, has failed, waits for a
+	// retry or is a dead letter, or the checkpoint has stood still for
+	// stuckAfter. The text output then explains it, instead of a progress
+	// bar.
+	Stuck bool `json:"stuck"`
+}
+
+// stuckAfter is how long a checkpoint may stand still behind a job that has
+// not failed before status calls it stuck (a handler that hangs, a
+// worker that is not running).
+const stuckAfter = time.Minute
+
+// summaryHeldMin is how long a stuck holder must have held its checkpoint
+// before the one-line summary of `riverbus run` names it.
+const summaryHeldMin = 10 * time.Second
 
 const sqlStatusJobs = `SELECT kind, state::text, count(*) FROM river_job
 WHERE kind IN (SELECT name FROM riverbus_pool) GROUP BY kind, state`
@@ -98,6 +145,16 @@ func loadStatus(ctx context.Context, db *pgxpool.Pool) (*statusReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, pr := range r.Pools {
+		h, err := checkpoint.GetHolder(ctx, db, pr.Name)
+		if errors.Is(err, checkpoint.ErrUnknownPool) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		pr.Holder = newHolderReport(h)
+	}
 	var lastErr *string
 	rows, err = db.Query(ctx, sqlStatusDeadLetters)
 	if err != nil {
@@ -125,7 +182,128 @@ func loadStatus(ctx context.Context, db *pgxpool.Pool) (*statusReport, error) {
 		}
 		return nil
 	})
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	for _, pr := range r.Pools {
+		if h := pr.Holder; h != nil && h.Stuck {
+			if e := h.blockerOrSelf().LastError; e != "" {
+				pr.LastError = e
+			}
+		}
+	}
+	return r, nil
+}
+
+func newJobReport(j checkpoint.Job, at time.Time) jobReport {
+	r := jobReport{JobID: j.ID, Sequence: j.Sequence, State: j.State, DeadLetter: j.DeadLetter,
+		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: j.LastError, Lane: j.Lane}
+	if (j.State == "retryable" || j.State == "scheduled") && !j.ScheduledAt.IsZero() {
+		next := j.ScheduledAt
+		r.NextAttemptAt = &next
+		r.nextIn = j.ScheduledAt.Sub(at)
+	}
+	if !j.DiscardedAt.IsZero() {
+		d := j.DiscardedAt
+		r.DiscardedAt = &d
+	}
+	return r
+}
+
+func newHolderReport(h *checkpoint.Holder) *holderReport {
+	if h == nil {
+		return nil
+	}
+	r := &holderReport{jobReport: newJobReport(h.Job, h.At), HeldSince: h.HeldSince, HeldSeconds: h.HeldFor().Seconds()}
+	if h.LaneBlocker != nil {
+		b := newJobReport(*h.LaneBlocker, h.At)
+		r.LaneBlockedBy = &b
+	}
+	r.Stuck = h.HeldFor() >= stuckAfter || r.troubled() || (r.LaneBlockedBy != nil && r.LaneBlockedBy.troubled())
+	return r
+}
+
+// troubled: the job has failed, waits for a retry, or is a dead letter.
+func (j *jobReport) troubled() bool {
+	return j.DeadLetter || j.LastError != "" || j.State == "retryable" || j.State == "scheduled"
+}
+
+// blockerOrSelf is what blocks the holder's lane, or else the holder.
+func (h *holderReport) blockerOrSelf() *jobReport {
+	if h.LaneBlockedBy != nil {
+		return h.LaneBlockedBy
+	}
+	return &h.jobReport
+}
+
+// describe is one job in words: "event 12, retryable, attempt 3/5, next
+// attempt 10:04:05 (in 20s), last error "…"".
+func (j *jobReport) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "event %d, %s", j.Sequence, j.State)
+	if j.DeadLetter {
+		b.Reset()
+		fmt.Fprintf(&b, "event %d, dead letter", j.Sequence)
+	}
+	if j.Lane != nil {
+		fmt.Fprintf(&b, " in lane \"%s\"", safe(*j.Lane))
+	}
+	fmt.Fprintf(&b, ", attempt %d/%d", j.Attempt, j.MaxAttempts)
+	if j.NextAttemptAt != nil {
+		fmt.Fprintf(&b, ", next attempt %s (in %s)", j.NextAttemptAt.Local().Format("15:04:05"), max(j.nextIn, 0).Round(time.Second))
+	}
+	if j.DiscardedAt != nil {
+		fmt.Fprintf(&b, ", discarded %s", j.DiscardedAt.Local().Format("15:04:05"))
+	}
+	if j.LastError != "" {
+		fmt.Fprintf(&b, ", last error \"%s\"", truncate(j.LastError, 200))
+	}
+	return b.String()
+}
+
+// holderLine explains what holds pool p's checkpoint, or "" when nothing
+// stuck does.
+func holderLine(p *poolReport) string {
+	h := p.Holder
+	if h == nil || !h.Stuck {
+		return ""
+	}
+	line := fmt.Sprintf("%s: checkpoint %d held for %s by job %d (%s)", p.Name, p.Checkpoint,
+		time.Duration(h.HeldSeconds*float64(time.Second)).Round(time.Second), h.JobID, h.describe())
+	switch b := h.LaneBlockedBy; {
+	case b != nil && b.DeadLetter:
+		line += fmt.Sprintf(", whose lane waits for dead letter %d (%s): `riverbus dlq retry %d` or `riverbus dlq purge %d` frees it",
+			b.JobID, b.describe(), b.JobID, b.JobID)
+	case b != nil:
+		line += fmt.Sprintf(", whose lane waits for job %d (%s)", b.JobID, b.describe())
+	case h.State == "retryable" && h.Attempt < h.MaxAttempts:
+		line += fmt.Sprintf("; after attempt %d it becomes a dead letter", h.MaxAttempts)
+	}
+	return line
+}
+
+// heldSummary is the short form of holderLine for the one-line summary.
+// It leaves out a holder that has stood for less than summaryHeldMin (a
+// pool whose handler fails now and then and retries within seconds is not
+// worth a mention every few seconds).
+func heldSummary(p *poolReport) string {
+	h := p.Holder
+	if h == nil || !h.Stuck || h.HeldSeconds < summaryHeldMin.Seconds() {
+		return ""
+	}
+	b := h.blockerOrSelf()
+	what := fmt.Sprintf("job %d", b.JobID)
+	if b.DeadLetter {
+		what = fmt.Sprintf("dead letter %d", b.JobID)
+	}
+	s := fmt.Sprintf(" held by %s (event %d, %s %d/%d", what, b.Sequence, b.State, b.Attempt, b.MaxAttempts)
+	if b.DeadLetter {
+		s = fmt.Sprintf(" held by %s (event %d", what, b.Sequence)
+	}
+	if b.NextAttemptAt != nil {
+		s += fmt.Sprintf(", next in %s", max(b.nextIn, 0).Round(time.Second))
+	}
+	return s + ")"
 }
 
 func (r *statusReport) oneLine() string {
@@ -140,6 +318,7 @@ func (r *statusReport) oneLine() string {
 		if p.DeadLetters > 0 {
 			fmt.Fprintf(&b, " dead %d", p.DeadLetters)
 		}
+		b.WriteString(heldSummary(p))
 		if p.Status != fanout.PoolActive {
 			fmt.Fprintf(&b, " [%s]", p.Status)
 		}
@@ -147,7 +326,10 @@ func (r *statusReport) oneLine() string {
 	return b.String()
 }
 
-func (r *statusReport) render(w io.Writer) error {
+// render writes the report as text. prev is the report of the previous
+// refresh (status --watch), or nil: a pool's progress bar needs it to tell
+// catching up from falling behind.
+func (r *statusReport) render(w io.Writer, prev *statusReport) error {
 	fmt.Fprintf(w, "horizon %d (last sequence handed out %d)  open gaps %d  skipped and watched %d\n",
 		r.Horizon, r.LastSequence, r.OpenGaps, r.WatchedSkipped)
 	fmt.Fprintf(w, "since the start: gaps proven rolled back %d, skipped by timeout %d, late events %d\n\n",
@@ -166,20 +348,54 @@ func (r *statusReport) render(w io.Writer) error {
 		return err
 	}
 	for _, p := range r.Pools {
-		if bar := progress(p, r.Horizon); bar != "" {
-			fmt.Fprintf(w, "%s catching up: %s\n", p.Name, bar)
+		if line := holderLine(p); line != "" {
+			fmt.Fprintln(w, line)
+		} else if line := r.progress(p, prev); line != "" {
+			fmt.Fprintln(w, line)
 		}
 	}
 	return nil
 }
 
-// progress draws a bar with an ETA for a pool whose fan-out or processing is
-// well behind the horizon.
-func progress(p *poolReport, horizon int64) string {
-	if horizon-p.StartAfter <= 0 || horizon-p.Checkpoint < 1000 {
+// progressMin is the lag from which status draws a pool's progress.
+const progressMin = 1000
+
+// progress is the line for a pool well behind the horizon whose checkpoint
+// is not stuck: a bar with an ETA while it catches up, "falling behind"
+// while its lag grows.
+//
+// The bar is the share of the pool's events (since its start) that are
+// finished: (checkpoint − start) / (horizon − start). Between two
+// refreshes where the lag did not grow, the checkpoint gained at least as
+// much as the horizon, so the share did not shrink: the bar never goes
+// backwards. When the lag grows, the share may shrink, and there is no bar:
+// the pool is not catching up. Without a previous refresh (one-shot
+// status) the bar is drawn and the ETA uses the jobs completed in the
+// last minute.
+func (r *statusReport) progress(p *poolReport, prev *statusReport) string {
+	if r.Horizon-p.StartAfter <= 0 || p.Lag < progressMin {
 		return ""
 	}
-	return progressBar(p.Checkpoint-p.StartAfter, horizon-p.StartAfter, p.CompletedPerMin)
+	var before *poolReport
+	if prev != nil {
+		for _, q := range prev.Pools {
+			if q.Name == p.Name && q.StartAfter == p.StartAfter {
+				before = q
+			}
+		}
+	}
+	perMinute := p.CompletedPerMin
+	if before != nil {
+		if p.Lag > before.Lag {
+			return fmt.Sprintf("%s falling behind: %d behind, %d more than %s ago (%d jobs done in the last minute)",
+				p.Name, p.Lag, p.Lag-before.Lag, r.At.Sub(prev.At).Round(time.Second), p.CompletedPerMin)
+		}
+		perMinute = 0
+		if elapsed := r.At.Sub(prev.At); elapsed > 0 {
+			perMinute = int64(float64(before.Lag-p.Lag) / elapsed.Minutes())
+		}
+	}
+	return fmt.Sprintf("%s catching up: %s", p.Name, progressBar(p.Checkpoint-p.StartAfter, r.Horizon-p.StartAfter, perMinute))
 }
 
 // progressBar draws done of total with an ETA at perMinute.
@@ -242,6 +458,7 @@ func (a *app) statusCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
+			var prev *statusReport
 			for {
 				st, err := loadStatus(cmd.Context(), db)
 				if err != nil {
@@ -256,8 +473,9 @@ func (a *app) statusCommand() *cobra.Command {
 					if watch > 0 {
 						fmt.Fprintf(a.stdout, "\n%s\n", st.At.Format(time.DateTime))
 					}
-					err = st.render(a.stdout)
+					err = st.render(a.stdout, prev)
 				}
+				prev = st
 				if err != nil || watch <= 0 {
 					return err
 				}

@@ -1,8 +1,14 @@
 package cli
 
 import (
+	"bytes"
+	"regexp"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,6 +19,80 @@ func TestProgressBar(t *testing.T) {
 	require.Contains(t, progressBar(0, 10, 0), "ETA unknown")
 	require.Contains(t, progressBar(10, 0, 0), "100.0%")
 
-	require.Empty(t, progress(&poolReport{Checkpoint: 9500}, 10_000), "no bar when less than 1000 behind")
-	require.NotEmpty(t, progress(&poolReport{Checkpoint: 10}, 10_000))
+	r := &statusReport{Horizon: 10_000}
+	require.Empty(t, r.progress(&poolReport{Checkpoint: 9500, Lag: 500}, nil), "no bar when less than 1000 behind")
+	require.NotEmpty(t, r.progress(&poolReport{Checkpoint: 10, Lag: 9990}, nil))
+}
+
+// Refresh after refresh (status --watch), a pool's bar never goes
+// backwards: while its lag grows it says "falling behind" instead, and
+// while a job holds its checkpoint it names the job. (The bar used to be
+// drawn in every case, and shrank whenever the horizon outran the
+// checkpoint, as it did in the demo's billing pool held by one retrying
+// event.)
+func TestProgressNeverGoesBackwards(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	retrying := &holderReport{jobReport: jobReport{JobID: 77, Sequence: 7001, State: "retryable", Attempt: 3, MaxAttempts: 5,
+		LastError: "decode: \x1b[2Jboom"}, HeldSeconds: 20, Stuck: true}
+	frames := []struct {
+		checkpoint, horizon int64
+		completed           int64
+		holder              *holderReport
+		want                string
+	}{
+		{5000, 10_000, 600, nil, "catching up"},     // 50.0%
+		{5000, 12_000, 0, nil, "falling behind"},    // 41.7% before
+		{7000, 13_000, 2000, nil, "catching up"},    // 53.8%
+		{7000, 15_000, 0, retrying, "held for 20s"}, // 46.7% before
+		{7000, 16_000, 0, retrying, "held for 20s"}, // 43.8% before
+		{12_000, 16_500, 5000, nil, "catching up"},  // 72.7%
+		{15_400, 16_500, 5000, nil, "catching up"},  // 93.3%
+	}
+	percent := regexp.MustCompile(`([0-9.]+)%`)
+	var prev *statusReport
+	last := -1.0
+	for i, f := range frames {
+		r := &statusReport{At: start.Add(time.Duration(i) * 10 * time.Second), Horizon: f.horizon, Pools: []*poolReport{{
+			Name: "billing", Checkpoint: f.checkpoint, Lag: f.horizon - f.checkpoint, CompletedPerMin: f.completed,
+			Holder: f.holder, Jobs: map[string]int64{},
+		}}}
+		var out bytes.Buffer
+		require.NoError(t, r.render(&out, prev))
+		text := out.String()
+		require.Contains(t, text, f.want, "frame %d:\n%s", i, text)
+		if m := percent.FindStringSubmatch(text); m != nil {
+			p, err := strconv.ParseFloat(m[1], 64)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, p, last, "frame %d: the bar went backwards:\n%s", i, text)
+			last = p
+		}
+		if f.holder != nil {
+			require.Contains(t, text, `billing: checkpoint 7000 held for 20s by job 77 (event 7001, retryable, attempt 3/5, last error "decode: \x1b[2Jboom"); after attempt 5 it becomes a dead letter`)
+			require.NotContains(t, text, "\x1b")
+			require.Contains(t, r.oneLine(), "done 0 held by job 77 (event 7001, retryable 3/5)")
+		}
+		prev = r
+	}
+	require.InDelta(t, 93.3, last, 0.01)
+}
+
+// The demo's poison invoices become dead letters within seconds: River's
+// default backoff held billing's checkpoint for about 6 minutes while its
+// lag grew.
+func TestDemoPoisonIsADeadLetterWithinSeconds(t *testing.T) {
+	require.Zero(t, demoPoisonEvery%3, "only every third demo transaction has an invoice")
+	var maxAttempts int
+	for _, p := range demoPools {
+		if p.Name == "billing" {
+			maxAttempts = p.MaxAttempts
+		}
+	}
+	require.Positive(t, maxAttempts)
+	w := &billingWorker{}
+	var total time.Duration
+	for attempt := 1; attempt < maxAttempts; attempt++ {
+		before := time.Now()
+		total += w.NextRetry(&river.Job[billingArgs]{JobRow: &rivertype.JobRow{Attempt: attempt}}).Sub(before)
+	}
+	require.Less(t, total, 10*time.Second, "retries before the dead letter")
 }

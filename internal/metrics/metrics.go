@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverbus/riverbus/checkpoint"
 )
 
 // Namespace is the prefix of every riverbus metric.
@@ -46,11 +48,14 @@ var (
 	descPoolJobs       = newDesc("pool_jobs", "River jobs of the pool by state.", "pool", "state")
 	descPoolDead       = newDesc("pool_dead_letters", "Dead letters of the pool: discarded jobs kept until retried or purged.", "pool")
 	descPoolPaused     = newDesc("pool_paused", "1 when the pool's fan-out is paused.", "pool")
+	descPoolHeld       = newDesc("pool_checkpoint_held_seconds", "How long the pool's checkpoint has stood still behind its oldest unfinished job; 0 when it has none.", "pool")
+	descPoolHolderTry  = newDesc("pool_checkpoint_holder_attempts", "Attempts so far of the oldest unfinished job, which holds the pool's checkpoint; 0 when it has none.", "pool")
 
 	allDescs = []*prometheus.Desc{
 		descUp, descScrapeDuration, descStateReads,
 		descHorizon, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents,
 		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolPaused,
+		descPoolHeld, descPoolHolderTry,
 	}
 )
 
@@ -150,6 +155,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		emit(ch, descPoolPaused, prometheus.GaugeValue, paused, p.name)
+		emit(ch, descPoolHeld, prometheus.GaugeValue, p.heldSeconds, p.name)
+		emit(ch, descPoolHolderTry, prometheus.GaugeValue, float64(p.holderAttempts), p.name)
 
 		// Every River state, zero included, so a series never vanishes.
 		jobs := s.jobs[p.name]
@@ -217,6 +224,8 @@ type poolState struct {
 	cursor, checkpoint, eventsFannedOut, lateDelivered int64
 	deadLetters                                        int64
 	paused                                             bool
+	heldSeconds                                        float64 // checkpoint.Holder.HeldFor
+	holderAttempts                                     int
 }
 
 // read reads everything in one read-only snapshot.
@@ -243,6 +252,17 @@ func (c *Collector) read(ctx context.Context) (*state, error) {
 		})
 		if err != nil {
 			return fmt.Errorf("read pools: %w", err)
+		}
+
+		for i := range s.pools {
+			h, err := checkpoint.GetHolder(ctx, tx, s.pools[i].name)
+			if err != nil {
+				return fmt.Errorf("read checkpoint holders: %w", err)
+			}
+			if h != nil {
+				s.pools[i].heldSeconds = h.HeldFor().Seconds()
+				s.pools[i].holderAttempts = h.Attempt
+			}
 		}
 
 		rows, err = tx.Query(ctx, sqlPoolJobs)

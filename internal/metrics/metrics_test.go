@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -188,9 +189,24 @@ INSERT INTO riverbus_skipped (sequence, xid_bound, late_at) VALUES (7, '1', NULL
 		`riverbus_pool_jobs{pool="pa",state="completed"}`: "1",
 		`riverbus_pool_dead_letters{pool="pa"}`:           "1",
 		`riverbus_pool_dead_letters{pool="pb"}`:           "0",
+
+		`riverbus_pool_checkpoint_holder_attempts{pool="pa"}`: "0", // the job of 2, not tried yet
+		`riverbus_pool_checkpoint_held_seconds{pool="pb"}`:    "0", // no job
+		`riverbus_pool_checkpoint_holder_attempts{pool="pb"}`: "0",
 	} {
 		require.Equal(t, want, s[series], series)
 	}
+
+	// The job of 2 fails twice and waits for its third attempt: it holds
+	// pa's checkpoint, and the metrics say so.
+	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'retryable', attempt = 2, scheduled_at = now() + interval '1 hour'
+WHERE kind = 'pa' AND state = 'available'`)
+	require.NoError(t, err)
+	s = scrape(t, url)
+	require.Equal(t, "2", s[`riverbus_pool_checkpoint_holder_attempts{pool="pa"}`])
+	held, err := strconv.ParseFloat(s[`riverbus_pool_checkpoint_held_seconds{pool="pa"}`], 64)
+	require.NoError(t, err)
+	require.Positive(t, held)
 }
 
 func TestCollectorLint(t *testing.T) {
