@@ -42,6 +42,14 @@
 // exactly one of many concurrent appenders with the same condition succeeds.
 // Plain appends take no locks; see AppendIfTx for what that means.
 //
+// # Two-phase commit
+//
+// Each append wakes the fan-out with a NOTIFY, and PostgreSQL refuses to
+// PREPARE a transaction that has sent one. A writer that prepares its
+// transactions calls SkipNotifyTx first (or sets riverbus.notify to off for
+// its sessions); the fan-out then finds its events by polling once COMMIT
+// PREPARED makes them visible.
+//
 // # Reading
 //
 // Read returns the committed events matching a Query, a key, or both, in

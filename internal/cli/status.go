@@ -279,6 +279,9 @@ func holderLine(p *poolReport) string {
 	case h.State == "retryable" && h.Attempt < h.MaxAttempts:
 		line += fmt.Sprintf("; after attempt %d it becomes a dead letter", h.MaxAttempts)
 	}
+	if p.Status == fanout.PoolPaused {
+		line += "; the pool is paused (riverbus pool resume " + p.Name + ")"
+	}
 	return line
 }
 

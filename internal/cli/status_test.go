@@ -126,6 +126,10 @@ func TestStatusNamesCheckpointHolder(t *testing.T) {
 		`whose lane waits for dead letter `+itoa(ledgerDead)+` \(event 1, dead letter in lane "customer-1", attempt 2/2, discarded \d\d:\d\d:\d\d, last error "ledger rejected the entry"\): `+
 		"`riverbus dlq retry "+itoa(ledgerDead)+"` or `riverbus dlq purge "+itoa(ledgerDead)+"` frees it", r.stdout)
 	require.NotContains(t, r.stdout, "\x1b", "terminal escapes are escaped")
+
+	ok(t, run(t, dbURL, "pool", "pause", "billing"))
+	r = ok(t, run(t, dbURL, "status"))
+	require.Contains(t, r.stdout, "after attempt 5 it becomes a dead letter; the pool is paused (riverbus pool resume billing)")
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
