@@ -239,12 +239,12 @@ func (h *holderReport) blockerOrSelf() *jobReport {
 // describe is one job in words: "event 12, retryable, attempt 3/5, next
 // attempt 10:04:05 (in 20s), last error "…"".
 func (j *jobReport) describe() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "event %d, %s", j.Sequence, j.State)
+	state := j.State
 	if j.DeadLetter {
-		b.Reset()
-		fmt.Fprintf(&b, "event %d, dead letter", j.Sequence)
+		state = "dead letter"
 	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "event %d, %s", j.Sequence, state)
 	if j.Lane != nil {
 		fmt.Fprintf(&b, " in lane \"%s\"", safe(*j.Lane))
 	}
@@ -295,14 +295,10 @@ func heldSummary(p *poolReport) string {
 		return ""
 	}
 	b := h.blockerOrSelf()
-	what := fmt.Sprintf("job %d", b.JobID)
 	if b.DeadLetter {
-		what = fmt.Sprintf("dead letter %d", b.JobID)
+		return fmt.Sprintf(" held by dead letter %d (event %d)", b.JobID, b.Sequence)
 	}
-	s := fmt.Sprintf(" held by %s (event %d, %s %d/%d", what, b.Sequence, b.State, b.Attempt, b.MaxAttempts)
-	if b.DeadLetter {
-		s = fmt.Sprintf(" held by %s (event %d", what, b.Sequence)
-	}
+	s := fmt.Sprintf(" held by job %d (event %d, %s %d/%d", b.JobID, b.Sequence, b.State, b.Attempt, b.MaxAttempts)
 	if b.NextAttemptAt != nil {
 		s += fmt.Sprintf(", next in %s", max(b.nextIn, 0).Round(time.Second))
 	}

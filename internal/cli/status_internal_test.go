@@ -96,3 +96,16 @@ func TestDemoPoisonIsADeadLetterWithinSeconds(t *testing.T) {
 	}
 	require.Less(t, total, 10*time.Second, "retries before the dead letter")
 }
+
+// The one-line summary names a stuck holder after summaryHeldMin, and
+// for a blocked lane, the dead letter it waits for.
+func TestSummaryNamesHolder(t *testing.T) {
+	lane := "customer-1"
+	blocked := &holderReport{jobReport: jobReport{JobID: 12, Sequence: 4, State: "pending", MaxAttempts: 2, Lane: &lane},
+		LaneBlockedBy: &jobReport{JobID: 9, Sequence: 3, State: "discarded", DeadLetter: true, Attempt: 2, MaxAttempts: 2, Lane: &lane},
+		Stuck:         true, HeldSeconds: 5}
+	r := &statusReport{Horizon: 10, Pools: []*poolReport{{Name: "ledger", Status: "active", Lag: 7, Holder: blocked}}}
+	require.NotContains(t, r.oneLine(), "held by", "not yet: held for 5s")
+	blocked.HeldSeconds = 30
+	require.Contains(t, r.oneLine(), "| ledger lag 7 done 0 held by dead letter 9 (event 3)")
+}
