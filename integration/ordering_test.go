@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -47,9 +48,21 @@ type recorder struct {
 	all      int32 // jobs in flight
 	fail     func(seq int64, attempt int) bool
 	delay    time.Duration
+	// hold, when it returns a channel for a job, keeps the job running
+	// until the channel closes or the job is cancelled (then the attempt
+	// fails with the context's error).
+	hold func(seq int64, attempt int) <-chan struct{}
+	// retryIn, when it returns more than zero, is the backoff of a failed
+	// attempt; 30 ms otherwise.
+	retryIn func(seq int64) time.Duration
 }
 
-func (r *recorder) NextRetry(*river.Job[orderedArgs]) time.Time {
+func (r *recorder) NextRetry(job *river.Job[orderedArgs]) time.Time {
+	if r.retryIn != nil {
+		if d := r.retryIn(job.Args.GlobalSequence); d > 0 {
+			return time.Now().Add(d)
+		}
+	}
 	return time.Now().Add(30 * time.Millisecond)
 }
 
@@ -64,8 +77,18 @@ func (r *recorder) Work(ctx context.Context, job *river.Job[orderedArgs]) error 
 	if r.delay > 0 {
 		time.Sleep(r.delay)
 	}
+	var cancelled error
+	if r.hold != nil {
+		if gate := r.hold(job.Args.GlobalSequence, job.Attempt); gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				cancelled = ctx.Err()
+			}
+		}
+	}
 	r.mu.Lock()
-	failed := r.fail != nil && r.fail(job.Args.GlobalSequence, job.Attempt) // under r.mu
+	failed := cancelled != nil || (r.fail != nil && r.fail(job.Args.GlobalSequence, job.Attempt)) // under r.mu
 	r.inFlight[key]--
 	atomic.AddInt32(&r.all, -1)
 	if !failed {
@@ -73,10 +96,20 @@ func (r *recorder) Work(ctx context.Context, job *river.Job[orderedArgs]) error 
 		r.byKey[key] = append(r.byKey[key], job.Args.GlobalSequence)
 	}
 	r.mu.Unlock()
+	if cancelled != nil {
+		return cancelled
+	}
 	if failed {
 		return errors.New("recorder: told to fail")
 	}
 	return nil
+}
+
+// hasStarted reports whether an attempt of seq has started.
+func (r *recorder) hasStarted(seq int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.started, seq)
 }
 
 func (r *recorder) snapshot() (done []int64, byKey map[string][]int64) {

@@ -53,9 +53,11 @@ type DeadLetter struct {
 	// JobExists is true while the river_job row still exists; River's job
 	// cleaner deletes discarded jobs after DiscardedJobRetentionPeriod.
 	JobExists bool
-	// JobState is the river_job row's state when it exists. It is
-	// rivertype.JobStateDiscarded unless the job was retried outside
-	// riverbus (River UI, Client.JobRetry) since.
+	// JobState is the river_job row's state when it exists:
+	// rivertype.JobStateDiscarded. (A job put back to work by River UI or
+	// Client.JobRetry is no longer a dead letter: a trigger removes it. Only
+	// a job finished by other means, plain SQL say, or retried before
+	// migration 009, leaves a dead letter in another state.)
 	JobState rivertype.JobState
 	// Args are the job's args: the event envelope (see Args).
 	Args json.RawMessage
@@ -129,8 +131,9 @@ const (
 	// attempts and priority (and a fresh attempt count).
 	RetryReinserted RetryAction = "reinserted"
 	// RetryAlreadyRetried: the river_job row was no longer discarded — it
-	// was retried outside riverbus, from River UI say — so it was left
-	// alone and only the stale dead letter removed.
+	// was finished by other means than River's retry (which removes the
+	// dead letter itself), or retried before migration 009 — so it was
+	// left alone and only the stale dead letter removed.
 	RetryAlreadyRetried RetryAction = "already_retried"
 )
 
@@ -158,7 +161,7 @@ func RetryDeadLetter(ctx context.Context, db DB, jobID int64) (DeadLetterRetry, 
 	var out []DeadLetterRetry
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		out, err = retry(ctx, tx, sqlDeadLetterLockOne, jobID)
+		out, err = retry(ctx, tx, sqlJobLockDeadOne, sqlDeadLetterLockOne, jobID)
 		return err
 	})
 	if err != nil {
@@ -179,7 +182,7 @@ func RetryDeadLetters(ctx context.Context, db DB, pool string) ([]DeadLetterRetr
 	var out []DeadLetterRetry
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		out, err = retry(ctx, tx, sqlDeadLetterLockPool, pool)
+		out, err = retry(ctx, tx, sqlJobLockDeadPool, sqlDeadLetterLockPool, pool)
 		return err
 	})
 	if err != nil {
@@ -189,34 +192,11 @@ func RetryDeadLetters(ctx context.Context, db DB, pool string) ([]DeadLetterRetr
 }
 
 // retry retries the dead letters that lockQuery (job_id, queue) selects and
-// locks, in the order it returns them.
-func retry(ctx context.Context, tx pgx.Tx, lockQuery string, arg any) ([]DeadLetterRetry, error) {
-	type dead struct {
-		id    int64
-		queue string
-	}
-	rows, err := tx.Query(ctx, lockQuery, arg)
-	if err != nil {
-		return nil, fmt.Errorf("lock dead letters: %w", err)
-	}
-	deads, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dead, error) {
-		var d dead
-		err := row.Scan(&d.id, &d.queue)
-		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lock dead letters: %w", err)
-	}
-	if len(deads) == 0 {
-		return nil, nil
-	}
-	ids := make([]int64, len(deads))
-	for i, d := range deads {
-		ids[i] = d.id
-	}
-
-	// Lock the job rows that still exist: from here on none can disappear.
-	rows, err = tx.Query(ctx, sqlJobLockMany, ids)
+// locks, in the order it returns them, after jobLockQuery (id, state, queue)
+// locked their river_job rows that exist.
+func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg any) ([]DeadLetterRetry, error) {
+	// Job rows first (see the queries): from here on none can disappear.
+	rows, err := tx.Query(ctx, jobLockQuery, arg)
 	if err != nil {
 		return nil, fmt.Errorf("lock jobs: %w", err)
 	}
@@ -224,7 +204,7 @@ func retry(ctx context.Context, tx pgx.Tx, lockQuery string, arg any) ([]DeadLet
 		state rivertype.JobState
 		queue string
 	}
-	jobs := make(map[int64]job, len(ids))
+	jobs := map[int64]job{}
 	var (
 		id           int64
 		state, queue string
@@ -236,6 +216,43 @@ func retry(ctx context.Context, tx pgx.Tx, lockQuery string, arg any) ([]DeadLet
 	if err != nil {
 		return nil, fmt.Errorf("lock jobs: %w", err)
 	}
+
+	rows, err = tx.Query(ctx, lockQuery, arg)
+	if err != nil {
+		return nil, fmt.Errorf("lock dead letters: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deadRef, error) {
+		var d deadRef
+		err := row.Scan(&d.id, &d.queue)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock dead letters: %w", err)
+	}
+	// A dead letter whose job row exists but was not locked above was
+	// written since (its job was discarded meanwhile): left for the next
+	// retry rather than taken as one River's cleaner deleted.
+	var unlocked, existing []int64
+	for _, d := range all {
+		if _, locked := jobs[d.id]; !locked {
+			unlocked = append(unlocked, d.id)
+		}
+	}
+	if len(unlocked) > 0 {
+		if err := tx.QueryRow(ctx, sqlJobExisting, unlocked).Scan(&existing); err != nil {
+			return nil, fmt.Errorf("lock dead letters: %w", err)
+		}
+	}
+	var deads []deadRef
+	for _, d := range all {
+		if !slices.Contains(existing, d.id) {
+			deads = append(deads, d)
+		}
+	}
+	if len(deads) == 0 {
+		return nil, nil
+	}
+	ids := deadIDs(deads)
 
 	out := make([]DeadLetterRetry, len(deads))
 	var (
@@ -330,7 +347,7 @@ func retry(ctx context.Context, tx pgx.Tx, lockQuery string, arg any) ([]DeadLet
 // and, if it is still there and discarded, its river_job row. A job id that
 // is not a dead letter gives ErrNotFound.
 func PurgeDeadLetter(ctx context.Context, db DB, jobID int64) error {
-	n, err := purge(ctx, db, sqlDeadLetterPurgeOne, jobID)
+	n, err := purge(ctx, db, sqlJobLockDeadOne, sqlDeadLetterPurgeOne, jobID)
 	if err != nil {
 		return fmt.Errorf("purge dead letter %d: %w", jobID, err)
 	}
@@ -340,11 +357,16 @@ func PurgeDeadLetter(ctx context.Context, db DB, jobID int64) error {
 	return nil
 }
 
-// purge runs a purge query and releases the ordered lanes the purged dead
-// letters held (a pool that blocks on dead letters waits for this).
-func purge(ctx context.Context, db DB, query string, arg any) (int, error) {
+// purge locks the river_job rows of the dead letters to purge (jobLockQuery,
+// first, as retry does), runs a purge query and releases the ordered lanes
+// the purged dead letters held (a pool that blocks on dead letters waits for
+// this).
+func purge(ctx context.Context, db DB, jobLockQuery, query string, arg any) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, jobLockQuery, arg); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, query, arg)
 		if err != nil {
 			return err
@@ -368,6 +390,20 @@ func purge(ctx context.Context, db DB, query string, arg any) (int, error) {
 	return n, err
 }
 
+// deadRef is a dead letter being retried: its job id and queue.
+type deadRef struct {
+	id    int64
+	queue string
+}
+
+func deadIDs(ds []deadRef) []int64 {
+	ids := make([]int64, len(ds))
+	for i, d := range ds {
+		ids[i] = d.id
+	}
+	return ids
+}
+
 func collectLanes(rows pgx.Rows) (kinds, lanes []string, err error) {
 	seen := map[[2]string]bool{}
 	var kind, lane string
@@ -384,7 +420,7 @@ func collectLanes(rows pgx.Rows) (kinds, lanes []string, err error) {
 // PurgeDeadLetters purges every dead letter of pool as PurgeDeadLetter does
 // and returns how many there were.
 func PurgeDeadLetters(ctx context.Context, db DB, pool string) (int, error) {
-	n, err := purge(ctx, db, sqlDeadLetterPurgePool, pool)
+	n, err := purge(ctx, db, sqlJobLockDeadPool, sqlDeadLetterPurgePool, pool)
 	if err != nil {
 		return 0, fmt.Errorf("purge dead letters of pool %q: %w", pool, err)
 	}

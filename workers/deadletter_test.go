@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -394,4 +395,79 @@ func TestRetryDeadLetterNotifiesRiver(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(n.Payload), &payload))
 	require.Equal(t, "queue_a", payload.Queue)
+}
+
+// A dead letter that River puts back to work (River UI's retry button,
+// Client.JobRetry) is no longer one: migration 009 removes it, so neither
+// `dlq list` nor a blocked key keeps waiting for it. Discarded again, it is
+// a dead letter again.
+func TestRiverJobRetryRemovesDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	createPool(t, db, "pa", "pa", 1)
+	id := insertDiscarded(t, db, "pa", 1)
+	require.Len(t, listDeadLetters(t, db, "pa"), 1)
+
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
+	require.NoError(t, err)
+	job, err := client.JobRetry(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateAvailable, job.State)
+	require.Empty(t, listDeadLetters(t, db, "pa"))
+
+	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	require.Equal(t, []int64{id}, deadLetterIDs(listDeadLetters(t, db, "pa")))
+}
+
+// `dlq retry` and `dlq purge` lock a job before its dead letter, as River
+// UI's retry does (River locks the job; the trigger of migration 009 then
+// deletes the dead letter): racing each other they wait, never deadlock.
+func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"retry", "purge"} {
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := pgtest.NewPool(t)
+			createPool(t, db, "pa", "pa", 1)
+			id := insertDiscarded(t, db, "pa", 1)
+			client, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
+			require.NoError(t, err)
+
+			// River UI's retry, held after it locked the job row.
+			tx, err := db.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx) //nolint:errcheck
+			_, err = tx.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, id)
+			require.NoError(t, err)
+
+			done := make(chan error, 1)
+			go func() {
+				if op == "retry" {
+					_, err := workers.RetryDeadLetter(ctx, db, id)
+					done <- err
+				} else {
+					done <- workers.PurgeDeadLetter(ctx, db, id)
+				}
+			}()
+			eventually(t, 10*time.Second, func() bool {
+				var waiting int
+				require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+				return waiting > 0
+			}, "dlq %s waits for the job's lock", op)
+
+			job, err := client.JobRetryTx(ctx, tx, id)
+			require.NoError(t, err, "River's retry")
+			require.Equal(t, rivertype.JobStateAvailable, job.State)
+			require.NoError(t, tx.Commit(ctx))
+			require.ErrorIs(t, <-done, workers.ErrNotFound, "the dead letter was retried by River first")
+			j, exists := getJob(t, db, id)
+			require.True(t, exists)
+			require.Equal(t, "available", j.State)
+			require.Empty(t, listDeadLetters(t, db, "pa"))
+		})
+	}
 }

@@ -18,17 +18,33 @@ WHERE ($1 = '' OR d.pool = $1) AND d.job_id > $2
 ORDER BY d.job_id
 LIMIT $3`
 
-	// sqlDeadLetterLockOne and sqlDeadLetterLockPool lock the dead letters to
-	// retry, in the order they are to be worked again.
+	// Retry and purge lock river_job rows before riverbus_dead_letter rows,
+	// the order of every trigger that writes a dead letter while River
+	// updates its job (a discard writes one; a retry from River UI or
+	// JobRetry deletes it, migration 009): the other order could deadlock
+	// with River UI.
+	//
+	// sqlJobLockDeadOne and sqlJobLockDeadPool lock the river_job rows of the
+	// dead letters to retry or purge, those that still exist, so River's
+	// cleaner cannot delete one meanwhile and River UI cannot retry one.
+	sqlJobLockDeadOne = `SELECT j.id, j.state::text, j.queue FROM river_job j
+WHERE j.id IN (SELECT job_id FROM riverbus_dead_letter WHERE job_id = $1)
+ORDER BY j.id FOR UPDATE OF j`
+
+	sqlJobLockDeadPool = `SELECT j.id, j.state::text, j.queue FROM river_job j
+WHERE j.id IN (SELECT job_id FROM riverbus_dead_letter WHERE pool = $1)
+ORDER BY j.id FOR UPDATE OF j`
+
+	// sqlDeadLetterLockOne and sqlDeadLetterLockPool then lock the dead
+	// letters to retry, in the order they are to be worked again.
 	sqlDeadLetterLockOne = `SELECT job_id, queue FROM riverbus_dead_letter WHERE job_id = $1 FOR UPDATE`
 
 	sqlDeadLetterLockPool = `SELECT job_id, queue FROM riverbus_dead_letter WHERE pool = $1
 ORDER BY global_sequence NULLS LAST, job_id
 FOR UPDATE`
 
-	// sqlJobLockMany locks the river_job rows that still exist, so River's
-	// cleaner cannot delete one between this and sqlJobRequeue.
-	sqlJobLockMany = `SELECT id, state::text, queue FROM river_job WHERE id = ANY($1::bigint[]) FOR UPDATE`
+	// sqlJobExisting returns which of the given jobs still exist.
+	sqlJobExisting = `SELECT coalesce(array_agg(id), '{}') FROM river_job WHERE id = ANY($1::bigint[])`
 
 	// sqlJobRequeue does what River's JobRetry query does
 	// (riverdriver/riverpgxv5/internal/dbsqlc/river_job.sql) to discarded
