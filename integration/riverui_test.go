@@ -9,7 +9,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/ui"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -499,4 +502,56 @@ func TestRiverUIOperatorNeverHoldsAKey(t *testing.T) {
 			require.IsIncreasing(t, firsts, "key %s delivered in order", key)
 		}
 	})
+}
+
+// The same through the processes a user runs: `riverbus run` fans out and
+// serves River UI, testworker works the pool; the dead letter blocking a
+// key is retried by a POST to the UI's API, and the key's held events
+// follow in order. Before migration 009 they stayed pending forever.
+func TestRiverUIRetryServedByRunProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	t.Parallel()
+	ctx := t.Context()
+	dbURL := pgtest.NewDatabase(t)
+	db := pgtest.Connect(t, dbURL)
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "blocked", Ordering: fanout.OrderingKey,
+		OnDeadLetter: fanout.DeadLetterBlock, MaxAttempts: 1})
+	require.NoError(t, err)
+
+	run := start(t, dbURL, "riverbus", []string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_METRICS_ADDR=127.0.0.1:0",
+		"RIVERBUS_LOG_LEVEL=warn"}, "run")
+	run.waitOutput("Ctrl-C stops it.", 60*time.Second)
+	uiURL := regexp.MustCompile(`River UI:\s+(\S+)`).FindStringSubmatch(run.out.String())
+	require.NotNil(t, uiURL, run.out.String())
+	// Sequence 3 fails its first attempt, its only one: a dead letter.
+	w := start(t, dbURL, "testworker", nil, "-pool", "blocked", "-fail-first-attempt-every", "3")
+	w.waitOutput("ready", 30*time.Second)
+
+	seqs := appendKeyed(t, db, "k", 5)
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqs)
+	var dead int64
+	eventually(t, 30*time.Second, "3 a dead letter, 4 and 5 held", func() bool {
+		var pending int
+		require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(max(job_id), 0), (SELECT count(*) FROM river_job WHERE state = 'pending')
+			FROM riverbus_dead_letter`).Scan(&dead, &pending))
+		return dead != 0 && pending == 2
+	})
+
+	body := fmt.Sprintf(`{"ids": ["%d"]}`, dead)
+	resp, err := http.Post(strings.TrimSuffix(uiURL[1], "/")+"/api/jobs/retry", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(msg))
+
+	eventually(t, 30*time.Second, "every job completed", func() bool {
+		var unfinished int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'blocked' AND state <> 'completed'`).Scan(&unfinished))
+		return unfinished == 0
+	})
+	var order []int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT array_agg(sequence ORDER BY at) FROM it_attempt`).Scan(&order))
+	require.Equal(t, []int64{1, 2, 3, 3, 4, 5}, order, "3's retry first, then the held events in order")
 }
