@@ -20,7 +20,8 @@ func (a *app) dlqCommand() *cobra.Command {
 		Long: `A pool job that fails every attempt is discarded by River and kept by riverbus
 as a dead letter until an operator retries or purges it, whatever River's
 cleaner does. Retrying puts the job back to work; --all replays a pool's dead
-letters in sequence order.`,
+letters in sequence order. A retry from River UI (River's JobRetry) ends a dead
+letter too; deleting its job there, as River's cleaner does, does not.`,
 	}
 	cmd.AddCommand(a.dlqListCommand(), a.dlqShowCommand(), a.dlqActionCommand("retry"), a.dlqActionCommand("purge"))
 	return cmd
