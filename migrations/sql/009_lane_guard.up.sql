@@ -37,7 +37,14 @@
 -- transaction-local setting that the trigger's WHEN clause tests, so its
 -- rows never call the trigger function; River's fetch, completer and
 -- scheduler never move a job out of `pending` or a finished state, so they
--- do not match the WHEN clause at all.
+-- do not match the WHEN clause at all. The mark is no security boundary:
+-- any session can set it, but a role that may update river_job can break
+-- its lanes anyway (only riverbus_worker may).
+--
+-- Lock order: the trigger deletes a dead letter while its job's row is
+-- locked, as the dead-letter trigger writes one; `riverbus dlq` retry and
+-- purge lock jobs before dead letters too. The lane release takes the
+-- lanes' bucket locks shared, as before.
 
 -- 005's riverbus_release_lanes, unchanged but for the mark around its
 -- UPDATE: the rows it releases are the lanes' next jobs, chosen under the
