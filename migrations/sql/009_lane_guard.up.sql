@@ -121,6 +121,8 @@ BEGIN
 END
 $$;
 
+-- A discarded lane job put back to work matches the first test, any other
+-- lane job coming back to work the second.
 CREATE TRIGGER riverbus_job_back_to_work BEFORE UPDATE OF state ON river_job
   FOR EACH ROW WHEN (
     (OLD.state = 'discarded' AND NEW.state NOT IN ('cancelled', 'completed', 'discarded'))
