@@ -91,6 +91,8 @@ type Fanout struct {
 	// plain is, per pool, what its last batch found out about the plain
 	// path (plain.go). Guarded by mu.
 	plain map[string]plainKind
+	// problemLog paces the ERROR logs of broken assumptions (horizon.go).
+	problemLog problemLog
 }
 
 // New validates cfg and returns a Fanout. It does not touch the database.
@@ -409,6 +411,7 @@ func (f *Fanout) recordRound(r RoundResult) {
 	f.stats.GapsSkipped += r.Skipped
 	f.stats.LateEvents += r.Late
 	f.mu.Unlock()
+	f.problemLog.log(f.logger, r.Problems)
 	if r.Skipped > 0 {
 		f.logger.Warn("gap timeout: horizon skipped missing sequences; they are watched and will be delivered late if they commit",
 			"count", r.Skipped, "horizon", r.Horizon, "gap_timeout", f.cfg.GapTimeout)

@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The plain path: a pool with no ordering, no grouping, and no skipped
-// sequence anywhere (the common case) is fanned out by one statement that
+// The plain path: a pool with no ordering, no grouping, and no late event
+// anywhere (the common case; see sqlNoLateEvents) is fanned out by one statement that
 // locks the pool row, reads (cursor, horizon], builds each job's envelope
 // in SQL, inserts the jobs, moves the cursor and sends River's insert
 // notification, sent with its BEGIN and COMMIT in a single round trip. The
@@ -42,8 +42,8 @@ func plainKindOf(p *lockedPool) plainKind {
 // $1 pool, $2 batch size, $3 whether the pool must have a type filter.
 //
 // It returns whether it locked the pool row, whether the plain path
-// applied, the jobs inserted and the cursor after it. Every part reads one snapshot: no skipped sequence in it means no
-// late event to deliver and none to record.
+// applied, the jobs inserted and the cursor after it. Every part reads one snapshot: no late event in it (sqlNoLateEvents) means
+// none to deliver and none to record.
 const sqlPlainBatch = `WITH p AS (
 	SELECT name, queue, event_types, tags, max_attempts, priority, cursor_seq,
 		ordering = 'none' AND grouping = 'none' AND (cardinality(event_types) > 0) = $3 AS plain
@@ -51,7 +51,7 @@ const sqlPlainBatch = `WITH p AS (
 	FOR NO KEY UPDATE SKIP LOCKED
 ),
 h AS (
-	SELECT horizon FROM riverbus_horizon WHERE NOT EXISTS (SELECT 1 FROM riverbus_skipped)
+	SELECT horizon FROM riverbus_horizon WHERE ` + sqlNoLateEvents + `
 ),
 ev AS (
 	SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at

@@ -73,13 +73,17 @@ const (
 	// (The result is also kept in the setting riverbus.round for the read.)
 	sqlHorizonTryLock = `SELECT set_config('riverbus.round', pg_try_advisory_xact_lock(1919054195, 1752134249)::text, true)`
 
-	// One statement, one snapshot: the horizon, the snapshot itself, the
-	// visible sequences above the horizon, the open gaps and which skipped
-	// sequences are visible now. It is sent in the same round trip as the
+	// One statement, one snapshot: the horizon (NULL when its row is
+	// missing), the snapshot itself, the visible sequences above the
+	// horizon, the open gaps, the skipped ranges with whether a committed
+	// event not yet recorded as late lies in each, the late events not yet
+	// retired, and the broken assumptions of the proof (sqlAssumptions,
+	// catalog lookups by key). It is sent in the same round trip as the
 	// try-lock, and returns no row unless that got the lock: being a later
 	// statement, its snapshot is taken with the lock held.
 	sqlHorizonRead = `WITH snap AS (SELECT pg_current_snapshot() AS s),
-h AS (SELECT horizon FROM riverbus_horizon)
+h AS (SELECT (SELECT horizon FROM riverbus_horizon) AS horizon),
+a AS MATERIALIZED (` + sqlAssumptions + `)
 SELECT h.horizon,
 	pg_snapshot_xmax(snap.s)::text,
 	ARRAY(SELECT x::text FROM pg_snapshot_xip(snap.s) AS x),
@@ -88,13 +92,63 @@ SELECT h.horizon,
 	ARRAY(SELECT g.last_sequence FROM riverbus_gap g ORDER BY g.first_sequence),
 	ARRAY(SELECT g.xid_bound::text FROM riverbus_gap g ORDER BY g.first_sequence),
 	ARRAY(SELECT extract(epoch FROM clock_timestamp() - g.first_seen_at)::float8 FROM riverbus_gap g ORDER BY g.first_sequence),
-	ARRAY(SELECT s.sequence FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
-	ARRAY(SELECT s.xid_bound::text FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
-	ARRAY(SELECT EXISTS (SELECT 1 FROM riverbus_event e WHERE e.global_sequence = s.sequence)
-		FROM riverbus_skipped s WHERE s.late_at IS NULL ORDER BY s.sequence),
-	(SELECT count(*) FROM riverbus_skipped s WHERE s.late_at IS NOT NULL)
+	ARRAY(SELECT s.first_sequence FROM riverbus_skipped s ORDER BY s.first_sequence),
+	ARRAY(SELECT s.last_sequence FROM riverbus_skipped s ORDER BY s.first_sequence),
+	ARRAY(SELECT s.xid_bound::text FROM riverbus_skipped s ORDER BY s.first_sequence),
+	ARRAY(SELECT EXISTS (SELECT 1 FROM riverbus_event e
+			WHERE e.global_sequence >= s.first_sequence AND e.global_sequence <= s.last_sequence
+				AND NOT EXISTS (SELECT 1 FROM riverbus_late l WHERE l.sequence = e.global_sequence))
+		FROM riverbus_skipped s ORDER BY s.first_sequence),
+	(SELECT count(*) FROM riverbus_late),
+	ARRAY(SELECT a.code FROM a ORDER BY a.code),
+	ARRAY(SELECT a.detail FROM a ORDER BY a.code)
 FROM snap, h
 WHERE current_setting('riverbus.round') = 'true'`
+
+	// sqlAssumptions lists what breaks the gap proof's assumptions (see
+	// "What the proof assumes" in horizon.go), one row (code, detail) per
+	// problem: the sequence's settings in pg_sequence, its position against
+	// the horizon, and the two triggers of riverbus_event. The assign
+	// trigger must be the BEFORE INSERT FOR EACH ROW trigger (tgtype 7)
+	// calling riverbus_event_assign, enabled (O: fires except for sessions
+	// in replica mode, A: always), and the function's body must be the one
+	// migration 001 created (assignFunctionMD5).
+	sqlAssumptions = `SELECT 'sequence_cache' AS code, format('CACHE %s', q.seqcache) AS detail
+	FROM pg_catalog.pg_sequence q WHERE q.seqrelid = 'riverbus_event_global_sequence'::regclass AND q.seqcache <> 1
+UNION ALL
+SELECT 'sequence_increment', format('INCREMENT BY %s', q.seqincrement)
+	FROM pg_catalog.pg_sequence q WHERE q.seqrelid = 'riverbus_event_global_sequence'::regclass AND q.seqincrement <> 1
+UNION ALL
+SELECT 'sequence_cycle', 'CYCLE'
+	FROM pg_catalog.pg_sequence q WHERE q.seqrelid = 'riverbus_event_global_sequence'::regclass AND q.seqcycle
+UNION ALL
+SELECT 'sequence_below_horizon', format('next number %s, horizon %s', CASE WHEN q.is_called THEN q.last_value + 1 ELSE q.last_value END, r.horizon)
+	FROM riverbus_event_global_sequence q, riverbus_horizon r
+	WHERE CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END < r.horizon
+UNION ALL
+SELECT 'assign_trigger_missing', 'no trigger riverbus_event_assign on riverbus_event'
+	WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+		WHERE t.tgrelid = 'riverbus_event'::regclass AND t.tgname = 'riverbus_event_assign')
+UNION ALL
+SELECT 'assign_trigger_disabled', format('tgenabled %s', t.tgenabled)
+	FROM pg_catalog.pg_trigger t
+	WHERE t.tgrelid = 'riverbus_event'::regclass AND t.tgname = 'riverbus_event_assign' AND t.tgenabled NOT IN ('O', 'A')
+UNION ALL
+SELECT 'assign_trigger_changed', format('trigger calls %s, type %s', t.tgfoid::regproc, t.tgtype)
+	FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+	WHERE t.tgrelid = 'riverbus_event'::regclass AND t.tgname = 'riverbus_event_assign'
+		AND (p.proname <> 'riverbus_event_assign' OR t.tgtype <> 7 OR md5(p.prosrc) <> '` + assignFunctionMD5 + `')
+UNION ALL
+SELECT 'notify_trigger_missing', 'no enabled trigger riverbus_event_notify on riverbus_event'
+	WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+		WHERE t.tgrelid = 'riverbus_event'::regclass AND t.tgname = 'riverbus_event_notify' AND t.tgenabled IN ('O', 'A'))`
+
+	// assignFunctionMD5 is md5(prosrc) of riverbus_event_assign as
+	// migration 001 creates it. A migration that changes the function
+	// changes this constant (TestAssumptionsHoldOnFreshDatabase).
+	assignFunctionMD5 = "fb8c21ec5524b5b17d70d51ea9d7e1d6"
+
+	sqlAssumptionsList = `SELECT code, detail FROM (` + sqlAssumptions + `) a ORDER BY code`
 
 	// Of the xids a snapshot lists as running, the ones that may be writers
 	// of riverbus_event: all but those whose transaction is seen to run
@@ -136,28 +190,108 @@ SELECT f, l, pg_current_xact_id() FROM unnest($1::bigint[], $2::bigint[]) AS g(f
 
 	sqlGapDelete = `DELETE FROM riverbus_gap WHERE first_sequence = ANY($1) OR last_sequence <= $2`
 
-	sqlSkippedInsert = `INSERT INTO riverbus_skipped (sequence, xid_bound)
-SELECT s, $2::text::xid8 FROM unnest($1::bigint[]) AS s ON CONFLICT (sequence) DO NOTHING`
+	// The round's counters, and what the round skips and finds late, in
+	// one statement:
+	//
+	// sk records the timed-out runs ($4 first, $5 last, $6 bound) as skipped
+	// ranges, split around the events committed inside them as this
+	// statement sees them (at least every one the round's read saw): those
+	// are delivered on the pools' normal path once the horizon has passed
+	// them, so they are not late. The cost is one row per run plus one per
+	// event inside it, whatever the run's length.
+	//
+	// lt records as late every committed event inside the ranges $3 (ranges
+	// the read found with such events not yet recorded). It runs before the
+	// round deletes the ranges it proved (sqlSkippedDelete, a later
+	// statement), so no late event is forgotten with its range.
+	//
+	// The counters saturate rather than overflow: a jump to near 2^63 is a
+	// gap of that many sequences.
+	sqlHorizonUpdate = `WITH sk AS (
+	INSERT INTO riverbus_skipped (first_sequence, last_sequence, xid_bound)
+	SELECT s.f, s.l, s.b::xid8 FROM (
+		SELECT r.b, lag(v.seq, 1, r.f - 1) OVER (PARTITION BY r.f ORDER BY v.seq) + 1 AS f, v.seq - 1 AS l
+		FROM unnest($4::bigint[], $5::bigint[], $6::text[]) AS r(f, l, b)
+		CROSS JOIN LATERAL (
+			SELECT e.global_sequence AS seq FROM riverbus_event e WHERE e.global_sequence >= r.f AND e.global_sequence <= r.l
+			UNION ALL SELECT r.l + 1
+		) v
+	) s WHERE s.f <= s.l
+	ON CONFLICT (first_sequence) DO NOTHING
+	RETURNING last_sequence::numeric - first_sequence + 1 AS n
+),
+lt AS (
+	INSERT INTO riverbus_late (sequence)
+	SELECT e.global_sequence FROM riverbus_skipped s
+	JOIN riverbus_event e ON e.global_sequence >= s.first_sequence AND e.global_sequence <= s.last_sequence
+	WHERE s.first_sequence = ANY($3::bigint[])
+	ON CONFLICT (sequence) DO NOTHING
+	RETURNING 1
+),
+n AS (SELECT coalesce((SELECT sum(n) FROM sk), 0) AS skipped, (SELECT count(*) FROM lt) AS late)
+UPDATE riverbus_horizon SET horizon = $1,
+	gaps_proven_dead = LEAST(gaps_proven_dead + $2::numeric, 9223372036854775807)::bigint,
+	gaps_skipped = LEAST(gaps_skipped + n.skipped, 9223372036854775807)::bigint,
+	late_events = late_events + n.late,
+	updated_at = now()
+FROM n
+RETURNING LEAST(n.skipped, 9223372036854775807)::bigint, n.late`
 
-	sqlSkippedMarkLate = `UPDATE riverbus_skipped SET late_at = now() WHERE sequence = ANY($1) AND late_at IS NULL`
-
-	sqlSkippedDelete = `DELETE FROM riverbus_skipped WHERE sequence = ANY($1)`
+	// Ranges proven: every transaction that could hold one of their
+	// sequences has ended.
+	sqlSkippedDelete = `DELETE FROM riverbus_skipped WHERE first_sequence = ANY($1)`
 
 	// A late event is retired once every pool that should see it has
-	// handled it.
-	sqlSkippedRetire = `DELETE FROM riverbus_skipped s WHERE s.late_at IS NOT NULL AND NOT EXISTS (
-	SELECT 1 FROM riverbus_pool p WHERE p.start_after < s.sequence AND NOT EXISTS (
-		SELECT 1 FROM riverbus_pool_late l WHERE l.pool = p.name AND l.sequence = s.sequence))`
+	// handled it and no skipped range covers it (a range still watched
+	// would find it again and make it late a second time). Its pools'
+	// records go with it, and so do records of sequences that are neither
+	// late nor covered by a range (a pool's record that lost a race with
+	// a retirement).
+	sqlSkippedRetire = `WITH r AS (
+	DELETE FROM riverbus_late s WHERE NOT EXISTS (
+		SELECT 1 FROM riverbus_pool p WHERE p.start_after < s.sequence AND NOT EXISTS (
+			SELECT 1 FROM riverbus_pool_late l WHERE l.pool = p.name AND l.sequence = s.sequence))
+		AND NOT ` + sqlCoveredBySkipped + `
+	RETURNING s.sequence
+),
+o AS (
+	DELETE FROM riverbus_pool_late l
+	WHERE l.sequence IN (SELECT r.sequence FROM r)
+		OR (NOT EXISTS (SELECT 1 FROM riverbus_late s WHERE s.sequence = l.sequence)
+			AND NOT ` + sqlCoveredBySkippedL + `)
+)
+SELECT count(*) FROM r`
 
-	sqlHorizonUpdate = `UPDATE riverbus_horizon SET horizon = $1,
-	gaps_proven_dead = gaps_proven_dead + $2, gaps_skipped = gaps_skipped + $3, late_events = late_events + $4,
-	updated_at = now()`
+	// Whether a skipped range covers s.sequence (or l.sequence): ranges do
+	// not overlap, so the one with the greatest first at or below it is the
+	// only candidate, one index probe.
+	sqlCoveredBySkipped = `coalesce((SELECT k.last_sequence FROM riverbus_skipped k WHERE k.first_sequence <= s.sequence
+			ORDER BY k.first_sequence DESC LIMIT 1) >= s.sequence, false)`
+	sqlCoveredBySkippedL = `coalesce((SELECT k.last_sequence FROM riverbus_skipped k WHERE k.first_sequence <= l.sequence
+				ORDER BY k.first_sequence DESC LIMIT 1) >= l.sequence, false)`
 
 	sqlHorizonNotify = `SELECT pg_notify('riverbus_horizon', $1::text)`
 
+	// Watching counts the sequences in skipped ranges (committed late ones
+	// included) and, separately, the ranges.
 	sqlHorizonGet = `SELECT horizon, gaps_proven_dead, gaps_skipped, late_events, updated_at,
-	(SELECT count(*) FROM riverbus_gap), (SELECT count(*) FROM riverbus_skipped WHERE late_at IS NULL)
+	(SELECT count(*) FROM riverbus_gap),
+	(SELECT LEAST(coalesce(sum(s.last_sequence::numeric - s.first_sequence + 1), 0), 9223372036854775807)::bigint FROM riverbus_skipped s),
+	(SELECT count(*) FROM riverbus_skipped),
+	(SELECT count(*) FROM riverbus_late)
 FROM riverbus_horizon`
+
+	// The repair of a missing horizon row (RepairHorizon explains the
+	// value). ON CONFLICT: an existing row is left alone, whatever a
+	// concurrent repair or round did.
+	sqlHorizonRepair = `INSERT INTO riverbus_horizon (horizon)
+SELECT GREATEST(
+	coalesce((SELECT max(last_sequence) FROM riverbus_skipped), 0),
+	coalesce((SELECT max(sequence) FROM riverbus_late), 0),
+	LEAST(coalesce((SELECT min(cursor_seq) FROM riverbus_pool), 0),
+		coalesce((SELECT min(first_sequence) - 1 FROM riverbus_gap), 9223372036854775807)))
+ON CONFLICT (id) DO NOTHING
+RETURNING horizon`
 )
 
 // Fan-out.
@@ -166,7 +300,11 @@ const (
 	ordering, on_dead_letter, grouping
 FROM riverbus_pool WHERE name = $1 AND status = 'active' FOR NO KEY UPDATE SKIP LOCKED`
 
-	sqlHorizonAndSkipped = `SELECT horizon, EXISTS (SELECT 1 FROM riverbus_skipped) FROM riverbus_horizon`
+	// The horizon (an error naming the repair when its row is missing), and
+	// whether any late event may exist: a skipped range or a late event not
+	// yet retired.
+	sqlHorizonAndSkipped = `SELECT coalesce((SELECT horizon FROM riverbus_horizon), riverbus_horizon_missing()),
+	EXISTS (SELECT 1 FROM riverbus_skipped) OR EXISTS (SELECT 1 FROM riverbus_late)`
 
 	eventColumns = `e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at,
 	e.transaction_id::text`
@@ -181,22 +319,40 @@ ORDER BY e.global_sequence LIMIT $4`
 WHERE e.global_sequence > $1 AND e.global_sequence <= $2 AND e.tags @> $3 AND e.type = ANY($5)
 ORDER BY e.global_sequence LIMIT $4`
 
-	// Skipped sequences that the normal path just read (and delivered):
-	// recorded so the late path does not deliver them again. Skipped
-	// sequences it did not read (filtered out, or committed after the read)
-	// are left to the late path, which records them when it handles them.
+	// Events in skipped ranges (or late) that the normal path just read
+	// (and delivered): recorded so the late path does not deliver them
+	// again. Such events it did not read (filtered out, or committed after
+	// the read) are left to the late path, which records them when it
+	// handles them.
 	sqlPoolLateRecordRange = `INSERT INTO riverbus_pool_late (pool, sequence)
-SELECT $1, s.sequence FROM riverbus_skipped s
-WHERE s.sequence = ANY($2::bigint[])
+SELECT $1, s.sequence FROM unnest($2::bigint[]) AS s(sequence)
+WHERE EXISTS (SELECT 1 FROM riverbus_late l WHERE l.sequence = s.sequence) OR ` + sqlCoveredBySkipped + `
 ON CONFLICT DO NOTHING`
 
-	// Late events for a pool: skipped sequences at or below its cursor that
-	// are visible now and that the pool has not handled.
-	sqlLateEvents = `SELECT ` + eventColumns + ` FROM riverbus_skipped s
-JOIN riverbus_event e ON e.global_sequence = s.sequence
-WHERE s.sequence <= $2 AND s.sequence > $3
-	AND NOT EXISTS (SELECT 1 FROM riverbus_pool_late l WHERE l.pool = $1 AND l.sequence = s.sequence)
-ORDER BY s.sequence`
+	// Late events for a pool: committed events at or below its cursor (and
+	// above its start) that are late (riverbus_late) or lie inside a skipped
+	// range (late, not yet marked by a round), and that the pool has not
+	// handled. Driven by the late events and the ranges, never by the log.
+	sqlLateEvents = `SELECT ` + eventColumns + ` FROM (
+	SELECT l.sequence AS seq FROM riverbus_late l WHERE l.sequence <= $2 AND l.sequence > $3
+	UNION
+	SELECT e.global_sequence FROM riverbus_skipped s
+	JOIN riverbus_event e ON e.global_sequence >= s.first_sequence AND e.global_sequence <= s.last_sequence
+	WHERE s.first_sequence <= $2 AND s.last_sequence > $3 AND e.global_sequence <= $2 AND e.global_sequence > $3
+) c
+JOIN riverbus_event e ON e.global_sequence = c.seq
+WHERE NOT EXISTS (SELECT 1 FROM riverbus_pool_late pl WHERE pl.pool = $1 AND pl.sequence = c.seq)
+ORDER BY c.seq`
+
+	// Whether no late event can be pending: none recorded and not yet
+	// retired, and no committed event inside a skipped range (one index
+	// probe per range). Ranges of numbers that never commit (burned, or of
+	// transactions still open) leave it true; an event committing inside
+	// one after the statement's snapshot was not read by it, and is left to
+	// the late path.
+	sqlNoLateEvents = `NOT EXISTS (SELECT 1 FROM riverbus_late)
+		AND NOT EXISTS (SELECT 1 FROM riverbus_skipped s WHERE EXISTS (SELECT 1 FROM riverbus_event e
+			WHERE e.global_sequence >= s.first_sequence AND e.global_sequence <= s.last_sequence))`
 
 	sqlPoolLateRecord = `INSERT INTO riverbus_pool_late (pool, sequence)
 SELECT $1, s FROM unnest($2::bigint[]) AS s ON CONFLICT DO NOTHING`

@@ -69,13 +69,51 @@ func TestWalk(t *testing.T) {
 
 	t.Run("TimedOutGapIsSkippedNotDropped", func(t *testing.T) {
 		t.Parallel()
-		// Sequence 6 of the run committed meanwhile; only 5 and 7 are skipped.
+		// Sequence 6 of the run committed meanwhile; only 5 and 7 are
+		// missing. The run is skipped as a whole (the statement that records
+		// it splits it around 6).
 		res := walk(walkInput{horizon: 4, snap: snap, visible: []int64{6, 8},
 			gaps: []gapRow{{first: 5, last: 7, bound: 170, age: 2 * time.Second}}, gapTimeout: time.Second})
 		require.Equal(t, int64(8), res.horizon)
-		require.Equal(t, []int64{5, 7}, res.skip)
-		require.Equal(t, []uint64{170, 170}, res.skipBounds)
+		require.Equal(t, []gapRow{{first: 5, last: 7, bound: 170}}, res.skip)
+		require.Equal(t, int64(2), res.skipped)
 		require.Zero(t, res.provenDead)
+	})
+
+	// A jump of 10^15 is one gap: passed in one step, counted without a
+	// loop over its numbers.
+	t.Run("HugeGapIsOneStep", func(t *testing.T) {
+		t.Parallel()
+		const jump = int64(1e15)
+		res := walk(walkInput{horizon: 4, snap: snap, visible: []int64{jump},
+			gaps: []gapRow{{first: 5, last: jump - 1, bound: 140}}, gapTimeout: time.Hour})
+		require.Equal(t, jump, res.horizon)
+		require.Equal(t, jump-5, res.provenDead)
+		res = walk(walkInput{horizon: 4, snap: snap, visible: []int64{jump},
+			gaps: []gapRow{{first: 5, last: jump - 1, bound: 190, age: 2 * time.Hour}}, gapTimeout: time.Hour})
+		require.Equal(t, jump, res.horizon)
+		require.Equal(t, []gapRow{{first: 5, last: jump - 1, bound: 190}}, res.skip)
+		require.Equal(t, jump-5, res.skipped)
+	})
+
+	// A broken assumption: no proof, no timeout, no forgetting; contiguous
+	// sequences still pass. The sequence below the horizon: nothing moves.
+	t.Run("BrokenAssumptionsHold", func(t *testing.T) {
+		t.Parallel()
+		in := walkInput{horizon: 4, snap: snap, visible: []int64{5, 7},
+			gaps:       []gapRow{{first: 6, last: 6, bound: 140, age: 2 * time.Hour}},
+			skipped:    []skippedRange{{first: 1, last: 2, bound: 140, newLate: true}},
+			gapTimeout: time.Hour, noProof: true}
+		res := walk(in)
+		require.Equal(t, int64(5), res.horizon)
+		require.True(t, res.holding)
+		require.Empty(t, res.skip)
+		require.Zero(t, res.provenDead)
+		require.Empty(t, res.forgotten)
+		require.Equal(t, []int64{1}, res.late, "a committed event in a range is late whatever the sequence does")
+		in.frozen = true
+		res = walk(in)
+		require.Equal(t, int64(4), res.horizon)
 	})
 
 	t.Run("RunLongerThanRecordedGapGetsNewGap", func(t *testing.T) {
@@ -98,14 +136,15 @@ func TestWalk(t *testing.T) {
 		require.Equal(t, []gapRow{{first: 7, last: 7}, {first: 9, last: 10}}, res.newGaps)
 	})
 
-	t.Run("SkippedSequences", func(t *testing.T) {
+	t.Run("SkippedRanges", func(t *testing.T) {
 		t.Parallel()
-		res := walk(walkInput{horizon: 10, snap: snap, skipped: []skippedRow{
-			{seq: 3, bound: 170, visible: true},  // committed late
-			{seq: 4, bound: 140, visible: false}, // writer gone: dead
-			{seq: 5, bound: 190, visible: false}, // writer may still run
+		res := walk(walkInput{horizon: 10, snap: snap, skipped: []skippedRange{
+			{first: 1, last: 3, bound: 170, newLate: true},   // an event committed late, writer may run
+			{first: 4, last: 4, bound: 140},                  // writer gone: forgotten
+			{first: 5, last: 9, bound: 190},                  // writer may still run
+			{first: 10, last: 10, bound: 140, newLate: true}, // late, and proven: both
 		}})
-		require.Equal(t, []int64{3}, res.late)
-		require.Equal(t, []int64{4}, res.forgotten)
+		require.Equal(t, []int64{1, 10}, res.late)
+		require.Equal(t, []int64{4, 10}, res.forgotten)
 	})
 }

@@ -172,8 +172,9 @@ func TestRolesGrants(t *testing.T) {
 			"riverbus_pool":                  "SELECT",
 			"columns of riverbus_pool":       "UPDATE",
 			"riverbus_pool_checkpoint":       "INSERT,SELECT,UPDATE",
-			"riverbus_pool_late":             "INSERT,SELECT",
-			"riverbus_skipped":               "DELETE,INSERT,SELECT,UPDATE",
+			"riverbus_late":                  "DELETE,INSERT,SELECT",
+			"riverbus_pool_late":             "DELETE,INSERT,SELECT",
+			"riverbus_skipped":               "DELETE,INSERT,SELECT",
 		},
 	}
 	for role, wantGrants := range want {

@@ -131,6 +131,7 @@ flags override them. See the README's configuration table.`,
 		a.statusCommand(),
 		a.dlqCommand(),
 		a.appendCommand(),
+		a.repairCommand(),
 	)
 	return root
 }

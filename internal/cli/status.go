@@ -30,6 +30,9 @@ type statusReport struct {
 	GapsSkipped    int64         `json:"gaps_skipped_total"`
 	LateEvents     int64         `json:"late_events_total"`
 	Pools          []*poolReport `json:"pools"`
+
+	// Problems: broken assumptions of the gap proof (fanout.CheckAssumptions).
+	Problems []fanout.Problem `json:"problems"`
 }
 
 // poolReport is one pool in the status. Its LastError is the error that
@@ -114,7 +117,10 @@ func loadStatus(ctx context.Context, db *pgxpool.Pool) (*statusReport, error) {
 		return nil, err
 	}
 	r := &statusReport{At: time.Now(), Horizon: h.Horizon, OpenGaps: h.OpenGaps, WatchedSkipped: h.Watching,
-		GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped, LateEvents: h.LateEvents}
+		GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped, LateEvents: h.LateEvents, Problems: h.Problems}
+	if r.Problems == nil {
+		r.Problems = []fanout.Problem{}
+	}
 	if err := db.QueryRow(ctx, sqlStatusLastSequence).Scan(&r.LastSequence); err != nil {
 		return nil, err
 	}
@@ -311,6 +317,9 @@ func (r *statusReport) oneLine() string {
 	if r.OpenGaps > 0 {
 		fmt.Fprintf(&b, " (open gaps %d)", r.OpenGaps)
 	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, " PROBLEM %s", p.Code)
+	}
 	for _, p := range r.Pools {
 		done := p.Jobs["completed"]
 		fmt.Fprintf(&b, " | %s lag %d done %d", p.Name, p.Lag, done)
@@ -333,6 +342,9 @@ func (r *statusReport) render(w io.Writer, prev *statusReport) error {
 		r.Horizon, r.LastSequence, r.OpenGaps, r.WatchedSkipped)
 	fmt.Fprintf(w, "since the start: gaps proven rolled back %d, skipped by timeout %d, late events %d\n\n",
 		r.GapsProvenDead, r.GapsSkipped, r.LateEvents)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "PROBLEM %s (%s): %s\n  fix: %s\n\n", p.Code, p.Detail, p.Message, p.Fix)
+	}
 	if len(r.Pools) == 0 {
 		fmt.Fprintln(w, "no pools yet: create one with `riverbus pool create NAME`")
 		return nil

@@ -27,10 +27,12 @@
 //	riverbus_scrape_duration_seconds how long the scrape's queries took
 //	riverbus_horizon                 every sequence <= horizon is visible or will never commit
 //	riverbus_open_gaps               open gap runs just above the horizon
-//	riverbus_watched_skipped         skipped sequences watched for a late commit
+//	riverbus_watched_skipped         sequences in skipped ranges watched for a late commit
 //	riverbus_gaps_proven_dead_total  sequences proven rolled back
 //	riverbus_gaps_skipped_total      sequences skipped by the gap timeout
 //	riverbus_late_events_total       skipped sequences that committed after all
+//	riverbus_horizon_problem         1 while an assumption of the gap proof is broken
+//	                                 (labels problem, blocks; every problem, 0 included)
 //
 // The checkpoint is the one last stored (by the checkpoint package, which
 // `riverbus run` advances); the collector does not advance it.

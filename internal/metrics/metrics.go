@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/fanout"
 )
 
 // Namespace is the prefix of every riverbus metric.
@@ -35,10 +37,11 @@ var (
 
 	descHorizon        = newDesc("horizon", "Global horizon: every sequence at or below it is visible or will never commit.")
 	descOpenGaps       = newDesc("open_gaps", "Open gaps: runs of missing sequences just above the horizon.")
-	descWatchedSkipped = newDesc("watched_skipped", "Sequences the horizon skipped by the gap timeout that are watched for a late commit.")
+	descWatchedSkipped = newDesc("watched_skipped", "Sequences in the ranges the horizon skipped by the gap timeout that are watched for a late commit.")
 	descGapsProvenDead = newDesc("gaps_proven_dead_total", "Missing sequences proven rolled back.")
 	descGapsSkipped    = newDesc("gaps_skipped_total", "Missing sequences skipped by the gap timeout.")
 	descLateEvents     = newDesc("late_events_total", "Skipped sequences that committed after all (late events).")
+	descHorizonProblem = newDesc("horizon_problem", "1 while an assumption of the gap proof is broken (see fanout.CheckAssumptions and riverbus status); while one with blocks=\"true\" holds, the horizon proves and skips no gap.", "problem", "blocks")
 
 	descPoolCursor     = newDesc("pool_cursor", "Every event at or below the cursor has been turned into a job of the pool or filtered out.", "pool")
 	descPoolCheckpoint = newDesc("pool_checkpoint", "Every job of the pool for an event at or below the checkpoint is finished (as last stored).", "pool")
@@ -53,7 +56,7 @@ var (
 
 	allDescs = []*prometheus.Desc{
 		descUp, descScrapeDuration, descStateReads,
-		descHorizon, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents,
+		descHorizon, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents, descHorizonProblem,
 		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolPaused,
 		descPoolHeld, descPoolHolderTry,
 	}
@@ -142,6 +145,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descGapsProvenDead, prometheus.CounterValue, float64(s.gapsProvenDead))
 	emit(ch, descGapsSkipped, prometheus.CounterValue, float64(s.gapsSkipped))
 	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.lateEvents))
+	// Every problem, 0 included, so an alert's series never vanishes.
+	for _, code := range fanout.ProblemCodes {
+		v, blocks := 0.0, fanout.ProblemBlocks(code)
+		for _, p := range s.problems {
+			if p.Code == code {
+				v = 1
+			}
+		}
+		emit(ch, descHorizonProblem, prometheus.GaugeValue, v, code, strconv.FormatBool(blocks))
+	}
 
 	for _, p := range s.pools {
 		emit(ch, descPoolCursor, prometheus.GaugeValue, float64(p.cursor), p.name)
@@ -214,6 +227,7 @@ func isKnownState(s string) bool {
 
 type state struct {
 	horizon, gapsProvenDead, gapsSkipped, lateEvents, openGaps, watchedSkipped int64
+	problems                                                                   []fanout.Problem
 
 	pools []poolState
 	jobs  map[string]map[string]int64 // pool → state → count
@@ -235,10 +249,13 @@ func (c *Collector) read(ctx context.Context) (*state, error) {
 		err := tx.QueryRow(ctx, sqlHorizon).Scan(&s.horizon, &s.gapsProvenDead, &s.gapsSkipped, &s.lateEvents,
 			&s.openGaps, &s.watchedSkipped)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errors.New("read horizon: riverbus_horizon has no row (run riverbus migrate)")
+			return fmt.Errorf("read horizon: %w", fanout.ErrHorizonMissing)
 		}
 		if err != nil {
 			return fmt.Errorf("read horizon: %w", err)
+		}
+		if s.problems, err = fanout.CheckAssumptions(ctx, tx); err != nil {
+			return err
 		}
 
 		rows, err := tx.Query(ctx, sqlPools)

@@ -169,7 +169,8 @@ WHERE id = (SELECT max(id) FROM river_job WHERE kind = 'pa')`)
 	_, err = db.Exec(ctx, `
 UPDATE riverbus_horizon SET gaps_proven_dead = 4, gaps_skipped = 2, late_events = 1;
 INSERT INTO riverbus_gap (first_sequence, last_sequence, xid_bound) VALUES (5, 6, '1');
-INSERT INTO riverbus_skipped (sequence, xid_bound, late_at) VALUES (7, '1', NULL), (8, '1', now())`)
+INSERT INTO riverbus_skipped (first_sequence, last_sequence, xid_bound) VALUES (7, 7, '1');
+INSERT INTO riverbus_late (sequence) VALUES (8)`)
 	require.NoError(t, err)
 
 	s = scrape(t, url)
@@ -181,6 +182,9 @@ INSERT INTO riverbus_skipped (sequence, xid_bound, late_at) VALUES (7, '1', NULL
 		`riverbus_gaps_proven_dead_total`: "4",
 		`riverbus_gaps_skipped_total`:     "2",
 		`riverbus_late_events_total`:      "1",
+
+		`riverbus_horizon_problem{blocks="true",problem="sequence_cache"}`:          "0",
+		`riverbus_horizon_problem{blocks="false",problem="notify_trigger_missing"}`: "0",
 
 		`riverbus_pool_checkpoint{pool="pa"}`:             "1",
 		`riverbus_pool_lag{pool="pa"}`:                    "2",

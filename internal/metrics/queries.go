@@ -5,7 +5,8 @@ package metrics
 
 const (
 	sqlHorizon = `SELECT horizon, gaps_proven_dead, gaps_skipped, late_events,
-	(SELECT count(*) FROM riverbus_gap), (SELECT count(*) FROM riverbus_skipped WHERE late_at IS NULL)
+	(SELECT count(*) FROM riverbus_gap),
+	(SELECT LEAST(coalesce(sum(s.last_sequence::numeric - s.first_sequence + 1), 0), 9223372036854775807)::bigint FROM riverbus_skipped s)
 FROM riverbus_horizon`
 
 	// No riverbus_pool_checkpoint row yet: the checkpoint is start_after.
