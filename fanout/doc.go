@@ -9,8 +9,16 @@
 // the round's advisory lock does the round and the others skip it. A gap
 // (a missing sequence below a visible one) is passed at once when the
 // snapshot proves every transaction that could hold it has ended, and
-// after Config.GapTimeout otherwise. A skipped sequence that commits later
-// is a late event: delivered to every pool that passed it, flagged late.
+// after Config.GapTimeout otherwise. Gaps and skipped sequences are kept as
+// ranges, so a gap costs the same whatever its length. A skipped sequence
+// that commits later is a late event: delivered to every pool that passed
+// it, flagged late.
+//
+// The proof assumes a sequence with CACHE 1, INCREMENT BY 1, NO CYCLE and
+// its next number above the horizon, and the assign trigger of migration
+// 001 in place. Each round checks them; while one is broken it proves and
+// skips nothing. CheckAssumptions reports them. RepairHorizon recreates a
+// deleted horizon row.
 //
 // # Pools
 //

@@ -186,15 +186,15 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// Instrumentation: record every sequence the horizon marks late (the
-	// fan-out retires riverbus_skipped rows once every pool has the event).
+	// fan-out retires riverbus_late rows once every pool has the event).
 	_, err = db.Exec(ctx, `CREATE TABLE chaos_late (sequence bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE FUNCTION chaos_late_record() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			INSERT INTO chaos_late (sequence) VALUES (NEW.sequence) ON CONFLICT DO NOTHING;
 			RETURN NULL;
 		END $$;
-		CREATE TRIGGER chaos_late_record AFTER UPDATE OF late_at ON riverbus_skipped
-			FOR EACH ROW WHEN (OLD.late_at IS NULL AND NEW.late_at IS NOT NULL) EXECUTE FUNCTION chaos_late_record();`)
+		CREATE TRIGGER chaos_late_record AFTER INSERT ON riverbus_late
+			FOR EACH ROW EXECUTE FUNCTION chaos_late_record();`)
 	require.NoError(t, err)
 	hooks := &hookReceiver{bySeq: map[int64][]uuid.UUID{}}
 	hookSrv := httptest.NewServer(hooks)
@@ -297,7 +297,7 @@ func TestChaos(t *testing.T) {
 	progress := func() {
 		var h, last, gaps, watching int64
 		_ = db.QueryRow(ctx, `SELECT horizon, (SELECT coalesce(max(global_sequence), 0) FROM riverbus_event),
-			(SELECT count(*) FROM riverbus_gap), (SELECT count(*) FROM riverbus_skipped WHERE late_at IS NULL) FROM riverbus_horizon`).Scan(&h, &last, &gaps, &watching)
+			(SELECT count(*) FROM riverbus_gap), (SELECT count(*) FROM riverbus_skipped) FROM riverbus_horizon`).Scan(&h, &last, &gaps, &watching)
 		if os.Getenv("RIVERBUS_CHAOS_DEBUG") != "" {
 			rows, err := db.Query(ctx, `SELECT a.application_name, a.pid, a.state, coalesce(a.wait_event_type || ':' || a.wait_event, ''),
 				round(extract(epoch FROM now() - a.query_start)::numeric, 1)::text, left(a.query, 60),
@@ -312,8 +312,8 @@ func TestChaos(t *testing.T) {
 				})
 			}
 			var sk, pl int
-			_ = db.QueryRow(ctx, `SELECT (SELECT count(*) FROM riverbus_skipped), (SELECT count(*) FROM riverbus_pool_late)`).Scan(&sk, &pl)
-			t.Logf("   riverbus_skipped %d rows, riverbus_pool_late %d rows", sk, pl)
+			_ = db.QueryRow(ctx, `SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late), (SELECT count(*) FROM riverbus_pool_late)`).Scan(&sk, &pl)
+			t.Logf("   riverbus_skipped/late %d rows, riverbus_pool_late %d rows", sk, pl)
 		}
 		rows, err := db.Query(ctx, `SELECT kind, count(*) FILTER (WHERE state = 'completed'), count(*) FROM river_job GROUP BY kind ORDER BY kind`)
 		if err != nil {
@@ -478,7 +478,7 @@ chaos:
 				}
 				st[pool] = s
 			}
-			return db.QueryRow(ctx, `SELECT (SELECT count(*) FROM riverbus_gap) + (SELECT count(*) FROM riverbus_skipped)`).Scan(&gapsOrSkipped)
+			return db.QueryRow(ctx, `SELECT (SELECT count(*) FROM riverbus_gap) + (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)`).Scan(&gapsOrSkipped)
 		})
 		require.NoError(t, err)
 		last = st
