@@ -298,8 +298,14 @@ type RoundResult struct {
 	Moved bool
 	// More: the round read a full page, so another round may move it more.
 	More bool
-	// Holding: the horizon waits at an open gap.
+	// Holding: the horizon waits at an open gap that a later round may
+	// prove or time out: look again soon.
 	Holding bool
+	// Blocked: the horizon waits at an open gap because an assumption of
+	// the proof is broken (Problems). No round passes it until that is
+	// fixed, so there is no point in looking again before the poll
+	// interval or a new event.
+	Blocked bool
 	// ProvenDead and Skipped count sequences passed (proven rolled back, or
 	// by the gap timeout); Late counts events found late; Forgotten counts
 	// skipped ranges proven and deleted.
@@ -480,7 +486,8 @@ func horizonRound(ctx context.Context, q roundConn, own bool, gapTimeout time.Du
 		res.Horizon = w.horizon
 		res.Moved = w.horizon > in.horizon
 		res.More = len(in.visible) >= pageSize
-		res.Holding = w.holding
+		res.Holding = w.holding && !in.noProof
+		res.Blocked = w.holding && in.noProof
 		res.ProvenDead = w.provenDead
 		res.Forgotten = int64(len(w.forgotten))
 		res.Watching = len(in.skipped) > len(w.forgotten) || len(w.skip) > 0
