@@ -47,7 +47,8 @@ import (
 // one read and, committed meanwhile, without its lock in another would be
 // left out while g is not yet visible in S2, and g "proven" dead.
 
-// Ranges: why the cost of a gap does not depend on its length.
+// Ranges: why the cost of a gap does not depend on its length (DESIGN.md
+// §2.3).
 //
 // A gap is a run of missing sequences, recorded as one riverbus_gap row
 // (first, last, bound) whatever its length; a jump of 10^15 by setval is one
@@ -93,7 +94,8 @@ import (
 // reads return O(page + gaps + ranges) rows, and the writes are set-based
 // statements whose cost is O(runs + events inside them).
 //
-// What the proof assumes, and what riverbus does when it does not hold.
+// What the proof assumes, and what riverbus does when it does not hold
+// (DESIGN.md §2.4).
 //
 // The proof needs the sequence to hand numbers out in time order (nextval
 // of g before nextval of h means g < h) and every event's number to be
