@@ -2,6 +2,9 @@ package fanout_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +34,24 @@ func newStrictDatabase(t *testing.T) (string, *pgxpool.Pool) {
 	require.NoError(t, db.QueryRow(context.Background(), "SHOW idle_in_transaction_session_timeout").Scan(&setting))
 	require.Equal(t, "5s", setting)
 	return url, db
+}
+
+// logBuffer collects log output written from several goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func count(t *testing.T, db *pgxpool.Pool, sql string, args ...any) int64 {
@@ -157,7 +178,9 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, url)
 	createPool(t, db, fanout.PoolParams{Name: "pp"})
-	f := newFanout(t, db, fanout.Config{GapTimeout: time.Hour})
+	logs := &logBuffer{}
+	f := newFanout(t, db, fanout.Config{GapTimeout: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelError}))})
 	_, err := db.Exec(ctx, "ALTER SEQUENCE riverbus_event_global_sequence CACHE 10")
 	require.NoError(t, err)
 
@@ -188,6 +211,10 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 	require.Len(t, h.Problems, 1)
 	require.Equal(t, fanout.ProblemSequenceCache, h.Problems[0].Code)
 	require.Contains(t, h.Problems[0].Fix, "ALTER SEQUENCE riverbus_event_global_sequence CACHE 1")
+	logged := logs.String()
+	require.Contains(t, logged, "level=ERROR")
+	require.Contains(t, logged, "problem=sequence_cache")
+	require.Contains(t, logged, "ALTER SEQUENCE riverbus_event_global_sequence CACHE 1")
 
 	// The fix: CACHE 1, and the session that cached numbers ended.
 	_, err = db.Exec(ctx, "ALTER SEQUENCE riverbus_event_global_sequence CACHE 1")
