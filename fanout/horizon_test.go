@@ -111,6 +111,16 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 	require.Equal(t, map[int64]int{first: 1, above: 1, held: 1, top: 1}, c)
 	require.True(t, late[held])
 	require.Equal(t, int64(1), horizon(t, db).LateEvents)
+
+	// A jump to 9e18, near the sequence's end, is no different.
+	_, err = db.Exec(ctx, "SELECT setval('riverbus_event_global_sequence', 9000000000000000000)")
+	require.NoError(t, err)
+	last := appendEvent(t, db, "t")
+	eventually(t, 10*time.Second, "horizon past a jump to 9e18", func() bool {
+		c, _ := jobs(t, db, "pp")
+		return c[last] == 1
+	})
+	require.Equal(t, last, horizon(t, db).Horizon)
 }
 
 // An appender takes a sequence for an event, burns 100,000 more numbers
