@@ -312,7 +312,7 @@ func (p *lockedPool) lane(key string) string {
 }
 
 // insertParams builds the River insert parameters. For an ordered pool it
-// takes the advisory locks of the units' lanes (with try-locks, so the
+// takes the locks of the units' lanes (with try-locks, so the
 // batch never waits while holding one and cannot deadlock with a release)
 // and makes a unit pending when its lane already has a job in flight.
 func (f *Fanout) insertParams(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) ([]river.InsertManyParams, error) {
@@ -357,18 +357,17 @@ func (f *Fanout) insertParams(ctx context.Context, tx pgx.Tx, p *lockedPool, uni
 	return params, nil
 }
 
-// lockLanes takes the exclusive advisory locks of the lanes' buckets. First
-// all at once with try-locks (the common case: no release in progress);
-// when one is busy, it waits for them in bucket order. PostgreSQL queues new
-// shared requests behind a waiting exclusive one, so a steady stream of
-// releases (each holding its bucket's lock shared for one short
-// transaction) cannot starve the batch, as try-locks alone did.
+// lockLanes takes the exclusive locks of the lanes' buckets: row locks of
+// riverbus_lane_lock, which only riverbus_worker may take (an advisory lock
+// could be taken and held by any role). First all at once without waiting
+// (the common case: no release in progress); when one is busy, it waits for
+// them in bucket order.
 //
-// Releases take their buckets shared in bucket order too (migration 005),
-// but a transaction that releases lanes in two statements (a delete, then a
-// completion) can still hold a higher bucket while asking for a lower one,
-// and so close a cycle with a waiting batch. The wait is therefore bounded
-// by laneLockWait, well under PostgreSQL's
+// Releases take their buckets shared in bucket order too (migrations 005,
+// 012), but a transaction that releases lanes in two statements (a delete,
+// then a completion) can still hold a higher bucket while asking for a
+// lower one, and so close a cycle with a waiting batch. The wait is
+// therefore bounded by laneLockWait, well under PostgreSQL's
 // deadlock_timeout: on timeout the batch gives back the buckets it got (a
 // savepoint), lets the release through and tries again, instead of waiting
 // for the deadlock detector to abort one side a second later.

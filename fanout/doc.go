@@ -6,7 +6,8 @@
 // The horizon is the highest global sequence H such that every sequence up
 // to H is visible, proven never to commit, or skipped by the gap timeout
 // and watched. AdvanceHorizon moves it one round; whichever instance gets
-// the round's advisory lock does the round and the others skip it. A gap
+// the round's lock (a table lock only riverbus_worker may take) does the
+// round and the others skip it. A gap
 // (a missing sequence below a visible one) is passed at once when the
 // snapshot proves every transaction that could hold it has ended, and
 // after Config.GapTimeout otherwise. Gaps and skipped sequences are kept as

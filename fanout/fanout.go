@@ -74,7 +74,7 @@ type Stats struct {
 
 // Fanout advances the horizon and turns events into River jobs, one per
 // event per matching pool. Any number of instances may run against one
-// database; they share the work through row and advisory locks.
+// database; they share the work through row and table locks.
 type Fanout struct {
 	db     *pgxpool.Pool
 	cfg    Config

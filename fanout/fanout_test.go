@@ -843,7 +843,8 @@ func TestLaneLockYieldsToMultiBucketRelease(t *testing.T) {
 	release, err := b.db.Begin(ctx)
 	require.NoError(t, err)
 	defer release.Rollback(ctx) //nolint:errcheck
-	lockShared := `SELECT pg_advisory_xact_lock_shared(riverbus_lane_lock_class('ord'), $1)`
+	// What a release takes: the bucket's row lock, shared.
+	lockShared := `SELECT 1 FROM riverbus_lane_lock WHERE pool = 'ord' AND bucket = $1 FOR SHARE`
 	_, err = release.Exec(ctx, lockShared, hiBucket)
 	require.NoError(t, err)
 
@@ -854,7 +855,8 @@ func TestLaneLockYieldsToMultiBucketRelease(t *testing.T) {
 	}()
 	eventually(t, 10*time.Second, "the batch waits for the busy bucket", func() bool {
 		var waiting int
-		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting))
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
 		return waiting > 0
 	})
 	_, err = release.Exec(ctx, lockShared, loBucket) // closes the cycle

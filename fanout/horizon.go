@@ -30,7 +30,7 @@ import (
 // takes sequence 6, commits; xmax(S1) = 100 and G is invisible to the test.)
 //
 // riverbus records instead an xid B assigned to the round's own transaction
-// after S1 (the round takes no xid before: its lock is an advisory lock,
+// after S1 (the round takes no xid before: its lock is a table lock,
 // not a row lock). X < B because X was assigned before S1. In a later round
 // with snapshot S2, B has committed, so xmax(S2) > B > X, and a running X
 // is listed in xip(S2) (the round again holds no xid of its own yet). So

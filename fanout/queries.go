@@ -65,13 +65,15 @@ const (
 	// millisecond queries, which took seconds.
 	sqlTxSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)`
 
-	// horizonLock is the transaction-scoped advisory lock ("rbus", "hori")
-	// that makes one instance at a time advance the horizon. It is an
-	// advisory lock rather than a row lock because a row lock assigns the
-	// transaction an xid, and the proof of a gap needs the round's own xid
-	// to be assigned after its snapshot (see horizon.go).
-	// (The result is also kept in the setting riverbus.round for the read.)
-	sqlHorizonTryLock = `SELECT set_config('riverbus.round', pg_try_advisory_xact_lock(1919054195, 1752134249)::text, true)`
+	// The round's lock: one instance at a time advances the horizon. An
+	// EXCLUSIVE table lock on riverbus_horizon_lock (migration 012), which
+	// only riverbus_worker may take: an advisory lock could be taken, and
+	// held, by any role. Like the advisory lock it replaced, and unlike a
+	// row lock, it assigns the transaction no xid, and the proof of a gap
+	// needs the round's own xid to be assigned after its snapshot (see
+	// horizon.go). (The result is also kept in the setting riverbus.round
+	// for the read.)
+	sqlHorizonTryLock = `SELECT set_config('riverbus.round', riverbus_horizon_try_lock()::text, true)`
 
 	// One statement, one snapshot: the horizon (NULL when its row is
 	// missing), the snapshot itself, the visible sequences above the
@@ -366,15 +368,24 @@ ORDER BY e.global_sequence`
 WHERE e.transaction_id = ANY($1::text[]::xid8[]) AND e.tags @> $2 AND e.type = ANY($3)
 ORDER BY e.global_sequence`
 
-	// Exclusive locks on the buckets of a batch's lanes, all or none
-	// (try-locks: the batch never waits while holding one).
-	sqlLaneTryLock = `SELECT coalesce(bool_and(pg_try_advisory_xact_lock(riverbus_lane_lock_class($1), b)), true)
-FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l) s`
+	// Exclusive locks on the buckets of a batch's lanes, all or none: row
+	// locks of riverbus_lane_lock (migration 012), which only
+	// riverbus_worker may take. SKIP LOCKED: the batch never waits here; it
+	// has them all when it locked as many rows as there are buckets.
+	sqlLaneTryLock = `WITH b AS (SELECT DISTINCT riverbus_lane_bucket(l) AS bucket FROM unnest($2::text[]) AS l),
+got AS (
+	SELECT 1 FROM riverbus_lane_lock ll WHERE ll.pool = $1 AND ll.bucket IN (SELECT bucket FROM b)
+	ORDER BY ll.bucket FOR UPDATE OF ll SKIP LOCKED
+)
+SELECT (SELECT count(*) FROM got) = (SELECT count(*) FROM b)`
 
 	// The same locks, waiting for each in bucket order, the order in which
 	// releases take them shared.
-	sqlLaneLock = `SELECT count(pg_advisory_xact_lock(riverbus_lane_lock_class($1), b))
-FROM (SELECT DISTINCT riverbus_lane_bucket(l) AS b FROM unnest($2::text[]) AS l ORDER BY 1) s`
+	sqlLaneLock = `SELECT count(*) FROM (
+	SELECT 1 FROM riverbus_lane_lock ll
+	WHERE ll.pool = $1 AND ll.bucket IN (SELECT riverbus_lane_bucket(l) FROM unnest($2::text[]) AS l)
+	ORDER BY ll.bucket FOR UPDATE OF ll
+) s`
 
 	// Bounds lock waits for the rest of the transaction (or until the
 	// savepoint it is set in rolls back); returns the setting it replaced.

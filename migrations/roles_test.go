@@ -168,6 +168,8 @@ func TestRolesGrants(t *testing.T) {
 			"riverbus_event_global_sequence": "SELECT",
 			"riverbus_gap":                   "DELETE,INSERT,SELECT",
 			"riverbus_horizon":               "SELECT,UPDATE",
+			"riverbus_horizon_lock":          "UPDATE",
+			"riverbus_lane_lock":             "SELECT,UPDATE",
 			"riverbus_migration":             "SELECT",
 			"riverbus_pool":                  "SELECT",
 			"columns of riverbus_pool":       "UPDATE",
@@ -616,4 +618,91 @@ func TestREADMESecurityTableMatchesGrants(t *testing.T) {
 	j := strings.Index(text[i:], end)
 	require.NotEqual(t, -1, j, "README.md has no %q marker", end)
 	require.Equal(t, want, text[i+len(begin):i+j], "README.md's grant table is stale; it should be:\n%s", want)
+}
+
+// An application login holds every advisory lock riverbus once depended on
+// (the horizon round's, every lane bucket of an ordered pool), for as long
+// as it likes. Delivery goes on: the round and the lanes take locks only
+// riverbus_worker may take, and the app is refused those.
+func TestAppCannotStopHorizonOrLanes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupRoles(t)
+	app := b.login(t, "riverbus_app")
+	worker := b.login(t, "riverbus_worker")
+	_, _, err := fanout.CreatePool(ctx, b.owner, fanout.PoolParams{Name: "orders", Ordering: fanout.OrderingKey})
+	require.NoError(t, err)
+
+	hold, err := app.Acquire(ctx)
+	require.NoError(t, err)
+	defer hold.Release()
+	_, err = hold.Exec(ctx, `SELECT pg_advisory_lock(1919054195, 1752134249)`)
+	require.NoError(t, err)
+	_, err = hold.Exec(ctx, `SELECT count(pg_advisory_lock(hashtext('riverbus.lane:orders'), b)) FROM generate_series(0, 127) AS b`)
+	require.NoError(t, err)
+	defer hold.Exec(context.Background(), `SELECT pg_advisory_unlock_all()`) //nolint:errcheck
+	// The locks that replaced them are out of its reach.
+	for _, sql := range []string{
+		`LOCK TABLE riverbus_horizon_lock IN EXCLUSIVE MODE`,
+		`SELECT riverbus_horizon_try_lock()`,
+		`SELECT 1 FROM riverbus_lane_lock FOR UPDATE`,
+		`SELECT 1 FROM riverbus_lane_lock FOR KEY SHARE`,
+	} {
+		err := pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, sql); return err })
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, sql)
+		require.Contains(t, []string{sqlstateInsufficientPrivilege, "42883"}, pgErr.Code, "%s: %s", sql, pgErr.Message)
+	}
+
+	// The round's lock assigns no xid (DESIGN.md §2.6): the gap proof needs
+	// the round's xid to come from its first write, after its snapshot.
+	require.NoError(t, pgx.BeginFunc(ctx, worker, func(tx pgx.Tx) error {
+		var locked bool
+		var xid *string
+		if err := tx.QueryRow(ctx, `SELECT riverbus_horizon_try_lock()`).Scan(&locked); err != nil {
+			return err
+		}
+		require.True(t, locked)
+		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned()::text`).Scan(&xid); err != nil {
+			return err
+		}
+		require.Nil(t, xid, "the round's lock assigned an xid")
+		return nil
+	}))
+
+	for range 2 {
+		_, err := outbox.Append(ctx, app, outbox.Event{Type: "order.placed", Key: "c1", Data: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	f, err := fanout.New(worker, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	passCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pass, err := f.Pass(passCtx)
+	require.NoError(t, err)
+	require.True(t, pass.Horizon.Locked, "the round ran")
+	require.EqualValues(t, 2, pass.Horizon.Horizon)
+	states := func() map[int64]string {
+		rows, err := worker.Query(ctx, `SELECT (args->>'global_sequence')::bigint, state FROM river_job WHERE kind = 'orders'`)
+		require.NoError(t, err)
+		m := map[int64]string{}
+		var seq int64
+		var state string
+		_, err = pgx.ForEachRow(rows, []any{&seq, &state}, func() error { m[seq] = state; return nil })
+		require.NoError(t, err)
+		return m
+	}
+	require.Equal(t, map[int64]string{1: "available", 2: "pending"}, states())
+
+	// Completing the key's job releases the next one, as River's completer
+	// does, without waiting for the app's locks.
+	tx, err := worker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SET LOCAL statement_timeout = '10s'`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
+		WHERE kind = 'orders' AND (args->>'global_sequence')::bigint = 1`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, map[int64]string{1: "completed", 2: "available"}, states())
 }
