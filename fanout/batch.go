@@ -84,6 +84,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 	}
 	res := BatchResult{Pool: name}
 	full := false
+	var undeliverable []*job
 	err := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
 		// One round trip: settings, the pool row, the horizon (read after
 		// the lock, so no older than the pool's cursor).
@@ -192,23 +193,26 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 		if newCursor == p.cursor && len(units) == 0 {
 			return nil
 		}
+		var dead []*job
 		if len(units) > 0 {
-			params, err := f.insertParams(ctx, tx, &p, units)
-			if err != nil {
+			if dead, err = f.insertJobs(ctx, tx, &p, units); err != nil {
 				return err
-			}
-			if _, err := f.river.InsertManyFastTx(ctx, tx, params); err != nil {
-				return fmt.Errorf("insert jobs: %w", err)
 			}
 		}
 		if _, err := tx.Exec(ctx, sqlPoolAdvance, name, newCursor, len(units), lateCount); err != nil {
 			return fmt.Errorf("advance cursor: %w", err)
 		}
+		undeliverable = dead
 		res.Jobs, res.Late, res.Cursor = len(units), lateCount, newCursor
 		return nil
 	})
 	if err != nil {
 		return BatchResult{}, false, fmt.Errorf("fan out pool %q: %w", name, err)
+	}
+	res.Undeliverable = len(undeliverable)
+	for _, j := range undeliverable {
+		f.logger.Warn("event cannot become a job; kept as a dead letter of the pool",
+			"pool", name, "global_sequence", j.u.first, "reason", j.reason)
 	}
 	f.batchDone(res)
 	return res, full, nil
@@ -220,6 +224,9 @@ func (f *Fanout) batchDone(res BatchResult) {
 		f.mu.Lock()
 		f.stats.EventsFannedOut[res.Pool] += int64(res.Jobs)
 		f.stats.LateDelivered[res.Pool] += int64(res.Late)
+		if res.Undeliverable > 0 {
+			f.stats.Undeliverable[res.Pool] += int64(res.Undeliverable)
+		}
 		f.mu.Unlock()
 		if res.Late > 0 {
 			f.logger.Warn("delivered late events", "pool", res.Pool, "count", res.Late)
@@ -309,52 +316,6 @@ func (p *lockedPool) lane(key string) string {
 		return ""
 	}
 	return ""
-}
-
-// insertParams builds the River insert parameters. For an ordered pool it
-// takes the locks of the units' lanes (with try-locks, so the
-// batch never waits while holding one and cannot deadlock with a release)
-// and makes a unit pending when its lane already has a job in flight.
-func (f *Fanout) insertParams(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) ([]river.InsertManyParams, error) {
-	ordered := p.ordering == OrderingKey || p.ordering == OrderingGlobal
-	busy := map[string]bool{}
-	if ordered {
-		slices.SortStableFunc(units, func(a, b unit) int { return cmpInt64(a.first, b.first) })
-		lanes := make([]string, 0, len(units))
-		for _, u := range units {
-			lanes = append(lanes, u.lane)
-		}
-		slices.Sort(lanes)
-		lanes = slices.Compact(lanes)
-		if err := lockLanes(ctx, tx, p.name, lanes); err != nil {
-			return nil, err
-		}
-		// A new statement, after the locks: it sees every release that
-		// committed before them.
-		rows, err := tx.Query(ctx, sqlBusyLanes, p.name, lanes, p.onDeadLetter == DeadLetterBlock)
-		if err != nil {
-			return nil, fmt.Errorf("read busy lanes: %w", err)
-		}
-		held, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, fmt.Errorf("read busy lanes: %w", err)
-		}
-		for _, l := range held {
-			busy[l] = true
-		}
-	}
-	params := make([]river.InsertManyParams, len(units))
-	for i, u := range units {
-		opts := &river.InsertOpts{Queue: p.queue, MaxAttempts: int(p.maxAttempts), Priority: int(p.priority)}
-		if ordered {
-			meta, _ := json.Marshal(map[string]string{"riverbus_lane": u.lane})
-			opts.Metadata = meta
-			opts.Pending = busy[u.lane]
-			busy[u.lane] = true
-		}
-		params[i] = river.InsertManyParams{Args: u.args, InsertOpts: opts}
-	}
-	return params, nil
 }
 
 // lockLanes takes the exclusive locks of the lanes' buckets: row locks of

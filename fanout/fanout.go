@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,8 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // Defaults of Config fields.
@@ -60,16 +60,22 @@ type BatchResult struct {
 	Jobs   int   // jobs inserted (late ones included)
 	Late   int   // late events delivered
 	Cursor int64 // cursor after the batch
+	// Undeliverable counts the jobs (of Jobs) that could not be built or
+	// inserted and became dead letters at once.
+	Undeliverable int
 }
 
 // Stats are this instance's counters since New.
 type Stats struct {
 	EventsFannedOut map[string]int64 // per pool, late events included
 	LateDelivered   map[string]int64 // per pool
-	GapsProvenDead  int64            // sequences
-	GapsSkipped     int64            // sequences skipped by the gap timeout
-	LateEvents      int64            // skipped sequences that committed after all
-	Horizon         int64
+	// Undeliverable counts, per pool, the units (events or groups) that
+	// could never become a job and became dead letters at once.
+	Undeliverable  map[string]int64
+	GapsProvenDead int64 // sequences
+	GapsSkipped    int64 // sequences skipped by the gap timeout
+	LateEvents     int64 // skipped sequences that committed after all
+	Horizon        int64
 }
 
 // Fanout advances the horizon and turns events into River jobs, one per
@@ -78,13 +84,15 @@ type Stats struct {
 type Fanout struct {
 	db     *pgxpool.Pool
 	cfg    Config
-	river  *river.Client[pgx.Tx]
 	logger *slog.Logger
 
 	mu    sync.Mutex
 	stats Stats
 
-	wake chan struct{}
+	// wake wakes the horizon loop, wakePools the pools' loop;
+	// lateDelivered tells the horizon loop that a pool delivered late
+	// events, which may now be retired.
+	wake, wakePools, lateDelivered chan struct{}
 	// roundPIDs are the backends that ran this instance's horizon rounds:
 	// their riverbus_horizon notifications need not wake it.
 	roundPIDs sync.Map
@@ -129,19 +137,11 @@ func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	// An insert-only River client: no workers, no queues. Its FetchCooldown
-	// also paces River's insert notifications (one per queue per cooldown):
-	// at River's default of 100 ms most jobs would wait for the workers'
-	// next poll instead of being fetched on notification.
-	rc, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: logger, FetchCooldown: river.FetchCooldownMin})
-	if err != nil {
-		return nil, fmt.Errorf("river client: %w", err)
-	}
 	return &Fanout{
-		db: db, cfg: c, river: rc, logger: logger.With("component", "fanout"),
-		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}},
+		db: db, cfg: c, logger: logger.With("component", "fanout"),
+		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}, Undeliverable: map[string]int64{}},
 		plain: map[string]plainKind{},
-		wake:  make(chan struct{}, 1),
+		wake:  make(chan struct{}, 1), wakePools: make(chan struct{}, 1), lateDelivered: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -150,28 +150,25 @@ func (f *Fanout) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.stats
-	s.EventsFannedOut = make(map[string]int64, len(f.stats.EventsFannedOut))
-	for k, v := range f.stats.EventsFannedOut {
-		s.EventsFannedOut[k] = v
-	}
-	s.LateDelivered = make(map[string]int64, len(f.stats.LateDelivered))
-	for k, v := range f.stats.LateDelivered {
-		s.LateDelivered[k] = v
-	}
+	s.EventsFannedOut = maps.Clone(f.stats.EventsFannedOut)
+	s.LateDelivered = maps.Clone(f.stats.LateDelivered)
+	s.Undeliverable = maps.Clone(f.stats.Undeliverable)
 	return s
 }
 
-// Wake asks Run for a pass now, as a notification does.
+// Wake asks Run for a horizon round and a batch of every pool now, as a
+// notification does.
 func (f *Fanout) Wake() {
-	select {
-	case f.wake <- struct{}{}:
-	default:
-	}
+	signal(f.wake)
+	signal(f.wakePools)
 }
 
 // Run advances the horizon and fans out until ctx ends, then returns nil. A
-// batch in flight when ctx ends is rolled back, never half applied. Database
-// errors are logged and retried with backoff; they never end Run.
+// batch in flight when ctx ends is rolled back, never half applied. The
+// horizon advances in a loop of its own, and each pool is fanned out on its
+// own (horizonLoop, poolLoop): database errors are logged and retried with a
+// backoff of their own, the horizon's or one pool's, and never end Run nor
+// delay another pool.
 func (f *Fanout) Run(ctx context.Context) error {
 	listenCtx, stopListen := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -205,22 +202,56 @@ func (f *Fanout) Run(ctx context.Context) error {
 		f.sweepLoop(listenCtx)
 	}()
 
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f.horizonLoop(listenCtx)
+	}()
+	f.poolLoop(ctx)
+	return nil
+}
+
+// horizonLoop advances the horizon until ctx ends: at once again while it
+// moves a full page, soon while it waits at a gap, else when woken or at
+// the poll interval. Every move wakes the pools' loop. It also retires late
+// events that every pool has handled. Its errors back off on their own and
+// never delay a pool.
+func (f *Fanout) horizonLoop(ctx context.Context) {
 	backoff := time.Duration(0)
+	retire := false
 	for {
-		pass, err := f.Pass(ctx)
+		round, err := f.round(ctx)
+		if err == nil {
+			if round.Moved {
+				signal(f.wakePools)
+			}
+			retire = retire || round.Late > 0 || round.LatePending > 0
+			if retire {
+				// After the pools: the late events marked by an earlier
+				// round, which the pools have had a chance to handle.
+				// While a late record is left, every round tries again: a
+				// pool that lagged behind handles the event on its normal
+				// path, which signals no late delivery.
+				if _, err = RetireLateEvents(ctx, f.db); err == nil {
+					retire = round.Late > 0 || round.LatePending > 0
+				}
+			}
+		}
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		var wait time.Duration
 		switch {
 		case err != nil:
-			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
-			wait = backoff + time.Duration(rand.Int64N(int64(backoff/4)+1))
-			f.logger.Error("fan-out pass failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
-		case pass.More:
+			backoff = nextBackoff(backoff)
+			wait = jitter(backoff)
+			f.logger.Error("horizon round failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+		case round.More && round.Moved:
 			backoff = 0
 			continue
-		case pass.Holding:
+		case !round.Locked || round.Holding:
+			// Another instance holds the horizon (it may wait at a gap),
+			// or this one waits at a gap.
 			backoff = 0
 			wait = f.cfg.GapCheckInterval
 		default:
@@ -231,19 +262,192 @@ func (f *Fanout) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil
+			return
 		case <-f.wake:
 			timer.Stop()
 			if err != nil {
 				// Still wait out the backoff, but no longer than needed.
 				select {
 				case <-ctx.Done():
-					return nil
+					return
 				case <-time.After(wait):
 				}
 			}
+		case <-f.lateDelivered:
+			timer.Stop()
+			retire = true
 		case <-timer.C:
 		}
+	}
+}
+
+// round runs one horizon round and records it.
+func (f *Fanout) round(ctx context.Context) (RoundResult, error) {
+	round, err := AdvanceHorizon(ctx, f.db, f.cfg.GapTimeout, horizonPageSize)
+	if err != nil {
+		return round, err
+	}
+	f.recordRound(round)
+	if round.pid != 0 {
+		f.roundPIDs.Store(round.pid, struct{}{})
+	}
+	return round, nil
+}
+
+// poolRun is what the pools' loop knows of one pool.
+type poolRun struct {
+	running   bool
+	due       bool // a batch is wanted: woken, or the last one was full or failed
+	backoff   time.Duration
+	retryAt   time.Time // after a failure, no batch before this
+	lastStart time.Time
+}
+
+type poolDone struct {
+	name string
+	res  BatchResult
+	full bool
+	err  error
+}
+
+// poolLoop fans out every active pool until ctx ends, each on its own: a
+// batch per pool at a time, at most Config.Workers batches at once, the
+// pools that waited longest first. A pool runs again at once while its
+// batches are full, and when woken (the horizon moved, a notification, the
+// poll interval). A failing pool backs off alone: the others go on at their
+// own pace, and so they do while one pool's batch is slow.
+func (f *Fanout) poolLoop(ctx context.Context) {
+	pools := map[string]*poolRun{}
+	done := make(chan poolDone)
+	running := 0
+	refresh := true
+	var nextList time.Time
+	listBackoff := time.Duration(0)
+	for {
+		now := time.Now()
+		if refresh && ctx.Err() == nil {
+			names, err := f.activePools(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					listBackoff = nextBackoff(listBackoff)
+					f.logger.Error("list active pools failed; retrying", "error", err, "retry_in", listBackoff)
+				}
+				nextList = now.Add(jitter(listBackoff))
+			} else {
+				listBackoff = 0
+				active := make(map[string]bool, len(names))
+				for _, n := range names {
+					active[n] = true
+					st := pools[n]
+					if st == nil {
+						st = &poolRun{}
+						pools[n] = st
+					}
+					st.due = true
+				}
+				for n, st := range pools {
+					if !active[n] && !st.running {
+						delete(pools, n)
+					}
+				}
+				nextList = now.Add(f.cfg.PollInterval)
+			}
+			refresh = false
+		}
+		if ctx.Err() == nil && running < f.cfg.Workers {
+			var ready []string
+			for n, st := range pools {
+				if st.due && !st.running && !now.Before(st.retryAt) {
+					ready = append(ready, n)
+				}
+			}
+			slices.SortFunc(ready, func(a, b string) int { return pools[a].lastStart.Compare(pools[b].lastStart) })
+			for _, n := range ready {
+				if running == f.cfg.Workers {
+					break
+				}
+				st := pools[n]
+				st.running, st.due, st.lastStart = true, false, now
+				running++
+				go func() {
+					res, full, err := f.FanOutPool(ctx, n)
+					done <- poolDone{name: n, res: res, full: full, err: err}
+				}()
+			}
+		}
+		wake := nextList
+		for _, st := range pools {
+			if st.due && !st.running && st.retryAt.After(now) && st.retryAt.Before(wake) {
+				wake = st.retryAt
+			}
+		}
+		timer := time.NewTimer(max(time.Until(wake), 0))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			for ; running > 0; running-- {
+				<-done
+			}
+			return
+		case d := <-done:
+			timer.Stop()
+			running--
+			st := pools[d.name]
+			st.running = false
+			switch {
+			case d.err != nil:
+				if ctx.Err() != nil {
+					continue
+				}
+				st.backoff = nextBackoff(st.backoff)
+				wait := jitter(st.backoff)
+				st.retryAt, st.due = time.Now().Add(wait), true
+				f.logger.Error("fan-out of pool failed; retrying it", "pool", d.name, "error", d.err, "retry_in", wait.Round(time.Millisecond))
+			default:
+				st.backoff, st.retryAt = 0, time.Time{}
+				st.due = st.due || d.full
+				if d.res.Late > 0 {
+					signal(f.lateDelivered)
+				}
+			}
+		case <-f.wakePools:
+			timer.Stop()
+			refresh = true
+		case <-timer.C:
+			refresh = refresh || !time.Now().Before(nextList)
+		}
+	}
+}
+
+func (f *Fanout) activePools(ctx context.Context) ([]string, error) {
+	rows, err := f.db.Query(ctx, sqlActivePoolNames)
+	if err != nil {
+		return nil, fmt.Errorf("list active pools: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list active pools: %w", err)
+	}
+	return names, nil
+}
+
+// nextBackoff doubles a failure backoff, from 100 ms to at most 10 s.
+func nextBackoff(d time.Duration) time.Duration {
+	return min(max(2*d, 100*time.Millisecond), 10*time.Second)
+}
+
+// jitter adds up to a quarter of d, so instances that failed together do
+// not retry together.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d/4)+1))
+}
+
+// signal wakes the loop that waits on ch, unless a wake-up is already
+// waiting.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -328,15 +532,11 @@ type PassResult struct {
 func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 	var res PassResult
 	for range 10 {
-		round, err := AdvanceHorizon(ctx, f.db, f.cfg.GapTimeout, horizonPageSize)
+		round, err := f.round(ctx)
 		if err != nil {
 			return res, err
 		}
 		res.Horizon = round
-		f.recordRound(round)
-		if round.pid != 0 {
-			f.roundPIDs.Store(round.pid, struct{}{})
-		}
 		if !round.More || !round.Moved {
 			break
 		}
@@ -347,13 +547,9 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 	}
 	res.Holding = res.Holding || res.Horizon.Holding
 
-	rows, err := f.db.Query(ctx, sqlActivePoolNames)
+	names, err := f.activePools(ctx)
 	if err != nil {
-		return res, fmt.Errorf("list active pools: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return res, fmt.Errorf("list active pools: %w", err)
+		return res, err
 	}
 	// Instances start at different pools so they spread out.
 	if len(names) > 1 {

@@ -2,9 +2,11 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The plain path: a pool with no ordering, no grouping, and no late event
@@ -42,8 +44,18 @@ func plainKindOf(p *lockedPool) plainKind {
 // $1 pool, $2 batch size, $3 whether the pool must have a type filter.
 //
 // It returns whether it locked the pool row, whether the plain path
-// applied, the jobs inserted and the cursor after it. Every part reads one snapshot: no late event in it (sqlNoLateEvents) means
-// none to deliver and none to record.
+// applied, the jobs inserted, the cursor after it, the notifications sent,
+// and whether it stopped before a big event. Every part reads one
+// snapshot: no late event in it (sqlNoLateEvents) means none to deliver
+// and none to record.
+//
+// Only small events take this path: data and metadata stored uncompressed
+// in at most 32 kB together. A big one ends the batch just before it (the
+// cursor stops there) and the general path handles it, where each envelope
+// is encoded and checked on its own (insert.go): a jsonb value nested
+// deeper than encoding/json accepts (10,000 levels) takes at least 8 bytes
+// a level, so none is small, and neither is one near jsonb's size limit.
+// Reading the stored size and compression costs no detoasting.
 const sqlPlainBatch = `WITH p AS (
 	SELECT name, queue, event_types, tags, max_attempts, priority, cursor_seq,
 		ordering = 'none' AND grouping = 'none' AND (cardinality(event_types) > 0) = $3 AS plain
@@ -53,14 +65,22 @@ const sqlPlainBatch = `WITH p AS (
 h AS (
 	SELECT horizon FROM riverbus_horizon WHERE ` + sqlNoLateEvents + `
 ),
-ev AS (
-	SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at
+rd AS (
+	SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at,
+		pg_column_compression(e.data) IS NULL AND pg_column_compression(e.metadata) IS NULL
+			AND pg_column_size(e.data) + pg_column_size(e.metadata) <= 32768 AS small
 	FROM riverbus_event e
 	WHERE e.global_sequence > (SELECT cursor_seq FROM p WHERE plain)
 		AND e.global_sequence <= (SELECT horizon FROM h)
 		AND e.tags @> (SELECT tags FROM p)%s
 	ORDER BY e.global_sequence
 	LIMIT $2
+),
+cut AS (
+	SELECT min(global_sequence) AS at FROM rd WHERE NOT small
+),
+ev AS (
+	SELECT * FROM rd WHERE rd.global_sequence < coalesce((SELECT at FROM cut), 9223372036854775807)
 ),
 ins AS (
 	INSERT INTO river_job (args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
@@ -73,15 +93,17 @@ ins AS (
 	RETURNING 1
 ),
 n AS (
-	SELECT count(*) AS events, max(global_sequence) AS last FROM ev
+	SELECT (SELECT count(*) FROM ev) AS events, (SELECT count(*) FROM rd) AS read,
+		(SELECT max(global_sequence) FROM rd) AS last, (SELECT at FROM cut) AS cut
 ),
 adv AS (
 	UPDATE riverbus_pool r SET
-		cursor_seq = CASE WHEN n.events = $2 THEN n.last ELSE h.horizon END,
+		cursor_seq = CASE WHEN n.cut IS NOT NULL THEN n.cut - 1 WHEN n.read = $2 THEN n.last ELSE h.horizon END,
 		events_fanned_out = r.events_fanned_out + n.events,
 		updated_at = now()
 	FROM p, h, n
 	WHERE r.name = p.name AND p.plain AND h.horizon > p.cursor_seq
+		AND (n.cut IS NULL OR n.cut - 1 > p.cursor_seq)
 	RETURNING r.cursor_seq
 )
 SELECT EXISTS (SELECT 1 FROM p),
@@ -89,7 +111,8 @@ SELECT EXISTS (SELECT 1 FROM p),
 	(SELECT count(*) FROM ins),
 	coalesce((SELECT cursor_seq FROM adv), (SELECT cursor_seq FROM p)),
 	(SELECT count(pg_notify(current_schema() || '.river_insert', json_build_object('queue', p.queue)::text))
-		FROM p WHERE EXISTS (SELECT 1 FROM ins))`
+		FROM p WHERE EXISTS (SELECT 1 FROM ins)),
+	EXISTS (SELECT 1 FROM cut WHERE at IS NOT NULL)`
 
 var (
 	sqlPlainBatchAll   = fmt.Sprintf(sqlPlainBatch, "")
@@ -115,10 +138,11 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res BatchResult,
 	var locked, applied bool
 	var cursor *int64
 	var notified int64
+	var big bool
 	res.Pool = name
 	b.Queue(sql, name, f.cfg.BatchSize, kind == plainTyped).QueryRow(func(row pgx.Row) error {
 		var jobs int64
-		if err := row.Scan(&locked, &applied, &jobs, &cursor, &notified); err != nil {
+		if err := row.Scan(&locked, &applied, &jobs, &cursor, &notified, &big); err != nil {
 			return err
 		}
 		res.Jobs = int(jobs)
@@ -126,19 +150,37 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res BatchResult,
 	})
 	b.Queue("COMMIT")
 	if err := f.db.SendBatch(ctx, b).Close(); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && refusedData(pgErr) {
+			// An envelope the database refused (a jsonb limit, say): the
+			// general path finds which event it is and goes on.
+			f.logger.Warn("plain fan-out path refused an event; taking the general path", "pool", name, "error", err)
+			f.forgetPlain(name)
+			return BatchResult{}, false, false, nil
+		}
 		return BatchResult{}, false, true, fmt.Errorf("fan out pool %q: %w", name, err)
 	}
 	switch {
 	case !locked:
 		return res, false, true, nil // paused, deleted, or another instance has it
 	case !applied:
-		f.mu.Lock()
-		delete(f.plain, name) // look again on the general path
-		f.mu.Unlock()
+		f.forgetPlain(name) // look again on the general path
 		return res, false, false, nil
 	}
 	if cursor != nil {
 		res.Cursor = *cursor
 	}
+	if big {
+		// The batch stopped before a big event: the general path takes it
+		// now, and hands the pool back to this path after it.
+		f.batchDone(res)
+		return res, false, false, nil
+	}
 	return res, res.Jobs == f.cfg.BatchSize, true, nil
+}
+
+func (f *Fanout) forgetPlain(name string) {
+	f.mu.Lock()
+	delete(f.plain, name)
+	f.mu.Unlock()
 }

@@ -1,0 +1,298 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The general path's insert. Each unit's envelope is encoded here, one by
+// one, so that a unit that can never become a job (JSON nested deeper than
+// encoding/json accepts, an envelope too big for jsonb) is found without
+// losing the rest of the batch: it becomes a dead letter of the pool (a
+// River job inserted as `discarded`, which the dead-letter trigger keeps)
+// whose args are a small stub naming the event and the reason. `dlq retry`
+// rebuilds the real envelope from riverbus_event (package workers).
+//
+// The jobs are inserted with COPY, like River's InsertManyFastTx, but
+// created_at and scheduled_at are left to the columns' default, now(): the
+// database's clock, by which workers fetch, and not this host's, which River
+// would use.
+
+// envelopeMaxBytes is the largest encoded envelope the general path inserts.
+// Bigger ones become dead letters without a try. It is PostgreSQL's limit
+// for one value (1 GB); jsonb refuses smaller ones (256 MB of content),
+// which the insert finds out. A variable so tests can lower it.
+var envelopeMaxBytes = 1<<30 - 1
+
+// Undeliverable is the args field that marks a dead-letter stub: its value is
+// the reason the unit could not become a job.
+const undeliverableField = "undeliverable"
+
+// job is a unit on its way into river_job.
+type job struct {
+	u       unit
+	args    []byte // the encoded envelope; nil when undeliverable
+	reason  string // why the unit cannot become a job; "" when it can
+	pending bool
+	lane    []byte // metadata of an ordered pool's job
+}
+
+// insertJobs encodes and inserts the batch's units, in sequence order for
+// an ordered pool, and returns the ones that became dead letters.
+func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) ([]*job, error) {
+	ordered := p.ordering == OrderingKey || p.ordering == OrderingGlobal
+	if ordered {
+		slices.SortStableFunc(units, func(a, b unit) int { return cmpInt64(a.first, b.first) })
+	}
+	jobs := make([]*job, len(units))
+	for i, u := range units {
+		j := &job{u: u}
+		args, err := json.Marshal(u.args)
+		switch {
+		case err != nil:
+			j.reason = "envelope cannot be encoded as JSON: " + err.Error()
+		case len(args) > envelopeMaxBytes:
+			j.reason = fmt.Sprintf("envelope is %d bytes, over the limit of %d", len(args), envelopeMaxBytes)
+		default:
+			j.args = args
+		}
+		if ordered {
+			j.lane, _ = json.Marshal(map[string]string{"riverbus_lane": u.lane})
+		}
+		jobs[i] = j
+	}
+	var held map[string]bool
+	if ordered {
+		var err error
+		if held, err = busyLanes(ctx, tx, p, units); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		if ordered {
+			decidePending(p, jobs, held)
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		refused, err := copyJobs(ctx, sp, p, jobs)
+		if err != nil {
+			return nil, err
+		}
+		if len(refused) == 0 {
+			if err := sp.Commit(ctx); err != nil {
+				return nil, err
+			}
+			break
+		}
+		// The database refused some envelopes: they are dead letters, and
+		// the lanes' decisions change (a blocking dead letter holds its
+		// lane), so the batch is inserted again from the start.
+		if err := sp.Rollback(ctx); err != nil {
+			return nil, err
+		}
+		for _, j := range refused {
+			j.args = nil
+		}
+	}
+	var dead []*job
+	for _, j := range jobs {
+		if j.args == nil {
+			dead = append(dead, j)
+		}
+	}
+	if len(dead) > 0 {
+		if err := insertDeadLetters(ctx, tx, p, dead); err != nil {
+			return nil, err
+		}
+	}
+	return dead, nil
+}
+
+// busyLanes takes the advisory locks of the units' lanes (see lockLanes)
+// and returns the lanes that have a job in flight or, in a pool that blocks
+// on dead letters, a dead letter.
+func busyLanes(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) (map[string]bool, error) {
+	lanes := make([]string, 0, len(units))
+	for _, u := range units {
+		lanes = append(lanes, u.lane)
+	}
+	slices.Sort(lanes)
+	lanes = slices.Compact(lanes)
+	if err := lockLanes(ctx, tx, p.name, lanes); err != nil {
+		return nil, err
+	}
+	// A new statement, after the locks: it sees every release that
+	// committed before them.
+	rows, err := tx.Query(ctx, sqlBusyLanes, p.name, lanes, p.onDeadLetter == DeadLetterBlock)
+	if err != nil {
+		return nil, fmt.Errorf("read busy lanes: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read busy lanes: %w", err)
+	}
+	busy := make(map[string]bool, len(held))
+	for _, l := range held {
+		busy[l] = true
+	}
+	return busy, nil
+}
+
+// decidePending makes a job pending when its lane already has one in flight
+// before it. A dead letter holds its lane in a pool that blocks on dead
+// letters, and not in one that releases.
+func decidePending(p *lockedPool, jobs []*job, held map[string]bool) {
+	busy := make(map[string]bool, len(held))
+	for l := range held {
+		busy[l] = true
+	}
+	for _, j := range jobs {
+		if j.args == nil {
+			if p.onDeadLetter == DeadLetterBlock {
+				busy[j.u.lane] = true
+			}
+			continue
+		}
+		j.pending = busy[j.u.lane]
+		busy[j.u.lane] = true
+	}
+}
+
+var jobCopyColumns = []string{"args", "kind", "max_attempts", "metadata", "priority", "queue", "state", "tags"}
+
+// copyJobs inserts the jobs that have args, with COPY, and notifies River's
+// producers of the pool's queue when one is available. When the database
+// refuses a row's data (a jsonb limit), it finds the rows it refuses by
+// halving the batch, each try in a savepoint, and returns them: the caller
+// rolls tx back and inserts again without them.
+func copyJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*job, error) {
+	var todo []*job
+	for _, j := range jobs {
+		if j.args != nil {
+			todo = append(todo, j)
+		}
+	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	refused, err := copyFind(ctx, tx, p, todo)
+	if err != nil || len(refused) > 0 {
+		return refused, err
+	}
+	if slices.ContainsFunc(todo, func(j *job) bool { return !j.pending }) {
+		if _, err := tx.Exec(ctx, sqlNotifyInsert, p.queue); err != nil {
+			return nil, fmt.Errorf("notify River: %w", err)
+		}
+	}
+	return nil, nil
+}
+
+func copyFind(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*job, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, err = sp.CopyFrom(ctx, pgx.Identifier{"river_job"}, jobCopyColumns, pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
+		j := jobs[i]
+		state, meta := "available", j.lane
+		if j.pending {
+			state = "pending"
+		}
+		if meta == nil {
+			meta = []byte("{}")
+		}
+		return []any{j.args, p.name, p.maxAttempts, meta, p.priority, p.queue, state, []string{}}, nil
+	}))
+	if err == nil {
+		return nil, sp.Commit(ctx)
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return nil, rerr
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !refusedData(pgErr) {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	if len(jobs) == 1 {
+		jobs[0].reason = "the database refused the envelope: " + pgErr.Message
+		return jobs, nil
+	}
+	half := len(jobs) / 2
+	a, err := copyFind(ctx, tx, p, jobs[:half])
+	if err != nil {
+		return nil, err
+	}
+	b, err := copyFind(ctx, tx, p, jobs[half:])
+	if err != nil {
+		return nil, err
+	}
+	return append(a, b...), nil
+}
+
+// refusedData reports whether err is the database refusing a value (a data
+// exception, or a limit such as jsonb's size or the stack depth of its
+// parser), rather than a failure of the connection or the transaction.
+func refusedData(err *pgconn.PgError) bool {
+	return len(err.Code) == 5 && (err.Code[:2] == "22" || err.Code[:2] == "54")
+}
+
+// insertDeadLetters inserts a discarded job for each undeliverable unit, so
+// that the dead-letter trigger keeps it in riverbus_dead_letter. Its args are
+// a stub: the event's identity and the reason, not the payload.
+func insertDeadLetters(ctx context.Context, tx pgx.Tx, p *lockedPool, dead []*job) error {
+	args := make([][]byte, len(dead))
+	metas := make([][]byte, len(dead))
+	reasons := make([]string, len(dead))
+	for i, j := range dead {
+		stub, err := json.Marshal(stubArgs(j.u, j.reason))
+		if err != nil {
+			return fmt.Errorf("encode dead-letter stub: %w", err)
+		}
+		args[i], reasons[i] = stub, j.reason
+		metas[i] = j.lane
+		if metas[i] == nil {
+			metas[i] = []byte("{}")
+		}
+	}
+	if _, err := tx.Exec(ctx, sqlInsertUndeliverable, p.name, p.maxAttempts, p.priority, p.queue, args, metas, reasons); err != nil {
+		return fmt.Errorf("insert dead letters: %w", err)
+	}
+	return nil
+}
+
+// stubArgs is what a dead letter of an undeliverable unit carries: what
+// identifies its event(s), and the reason.
+func stubArgs(u unit, reason string) map[string]any {
+	m := map[string]any{undeliverableField: reason, "global_sequence": u.first}
+	switch a := u.args.(type) {
+	case jobArgs:
+		m["event_id"] = a.EventID
+		m["type"] = a.Type
+		m["key"] = a.Key
+		m["tags"] = a.Tags
+		m["occurred_at"] = a.OccurredAt
+		if a.Late {
+			m["late"] = true
+		}
+	case groupArgs:
+		m["transaction_id"] = a.TransactionID
+		m["key"] = a.Key
+		seqs := make([]int64, len(a.Events))
+		for i, e := range a.Events {
+			seqs[i] = e.GlobalSequence
+		}
+		m["sequences"] = seqs
+		if a.Late {
+			m["late"] = true
+		}
+	}
+	return m
+}
