@@ -7,3 +7,11 @@ func (f *Fanout) UsesPlainPath(pool string) bool {
 	k := f.plain[pool]
 	return k == plainAll || k == plainTyped
 }
+
+// SetEnvelopeMaxBytes lowers the general path's envelope limit until the
+// returned function is called. Tests that use it must not run in parallel.
+func SetEnvelopeMaxBytes(n int) func() {
+	old := envelopeMaxBytes
+	envelopeMaxBytes = n
+	return func() { envelopeMaxBytes = old }
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -14,6 +15,11 @@ import (
 
 // ErrNotFound is returned for a job id that is not a dead letter.
 var ErrNotFound = errors.New("dead letter not found")
+
+// ErrUndeliverable is returned by RetryDeadLetter for the dead letter of an
+// event whose envelope still cannot be encoded: repair the event's row in
+// riverbus_event first, or purge the dead letter.
+var ErrUndeliverable = errors.New("event still cannot become a job")
 
 // Limits of DeadLetterListParams.
 const (
@@ -135,6 +141,11 @@ const (
 	// dead letter itself), or retried before migration 009 — so it was
 	// left alone and only the stale dead letter removed.
 	RetryAlreadyRetried RetryAction = "already_retried"
+	// RetryUndeliverable: the dead letter is of an event the fan-out could
+	// not turn into a job, and its envelope, rebuilt from riverbus_event,
+	// still cannot be encoded: it was left as it is. Repair the event row,
+	// or purge the dead letter.
+	RetryUndeliverable RetryAction = "undeliverable"
 )
 
 // DeadLetterRetry is the outcome of retrying one dead letter.
@@ -146,12 +157,19 @@ type DeadLetterRetry struct {
 	JobID int64
 	// Action says what was done.
 	Action RetryAction
+	// Reason is why the dead letter stays, for RetryUndeliverable.
+	Reason string
 }
 
 // RetryDeadLetter puts the dead letter of job jobID back to work and removes
 // it from riverbus_dead_letter, in one transaction: if the river_job row is
 // still there and discarded it is made available again as River's JobRetry
-// would; if River's cleaner deleted it, a new job is inserted. River
+// would; if River's cleaner deleted it, a new job is inserted. A dead letter
+// of an event the fan-out could not turn into a job carries a stub instead
+// of the envelope: the envelope is rebuilt from the event's row in
+// riverbus_event (repair it first), and if it still cannot be encoded the
+// dead letter stays, with ErrUndeliverable and the Action
+// RetryUndeliverable. River
 // producers of the job's queue are notified on commit. No River client is
 // needed. A job id that is not a dead letter gives ErrNotFound.
 //
@@ -169,6 +187,9 @@ func RetryDeadLetter(ctx context.Context, db DB, jobID int64) (DeadLetterRetry, 
 	}
 	if len(out) == 0 {
 		return DeadLetterRetry{}, fmt.Errorf("retry dead letter %d: %w", jobID, ErrNotFound)
+	}
+	if out[0].Action == RetryUndeliverable {
+		return out[0], fmt.Errorf("retry dead letter %d: %w: %s", jobID, ErrUndeliverable, out[0].Reason)
 	}
 	return out[0], nil
 }
@@ -194,7 +215,7 @@ func RetryDeadLetters(ctx context.Context, db DB, pool string) ([]DeadLetterRetr
 // retry retries the dead letters that lockQuery (job_id, queue) selects and
 // locks, in the order it returns them, after jobLockQuery (id, state, queue)
 // locked their river_job rows that exist.
-func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg any) ([]DeadLetterRetry, error) {
+func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg any) (out []DeadLetterRetry, err error) {
 	// Job rows first (see the queries): from here on none can disappear.
 	rows, err := tx.Query(ctx, jobLockQuery, arg)
 	if err != nil {
@@ -249,12 +270,25 @@ func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg a
 			deads = append(deads, d)
 		}
 	}
+	stay, err := rebuildUndeliverable(ctx, tx, deadIDs(deads))
+	if err != nil {
+		return nil, err
+	}
+	if len(stay) > 0 {
+		deads = slices.DeleteFunc(deads, func(d deadRef) bool { _, ok := stay[d.id]; return ok })
+		defer func() {
+			// The ones left, in job id order, after the others.
+			for _, id := range slices.Sorted(maps.Keys(stay)) {
+				out = append(out, DeadLetterRetry{DeadJobID: id, JobID: id, Action: RetryUndeliverable, Reason: stay[id]})
+			}
+		}()
+	}
 	if len(deads) == 0 {
 		return nil, nil
 	}
 	ids := deadIDs(deads)
 
-	out := make([]DeadLetterRetry, len(deads))
+	out = make([]DeadLetterRetry, len(deads))
 	var (
 		requeueIDs, reinsertIDs     []int64
 		requeueRanks, reinsertRanks []int32 // rank: position in the order to work

@@ -113,3 +113,21 @@ SELECT pool, lane FROM dl`
 )
 SELECT pool, lane FROM dl`
 )
+
+// Dead letters of units the fan-out could not turn into jobs.
+const (
+	// sqlDeadLetterStubs reads, of the given dead letters, the stubs: args
+	// marked "undeliverable" (see fanout/insert.go).
+	sqlDeadLetterStubs = `SELECT job_id, args FROM riverbus_dead_letter
+WHERE job_id = ANY($1::bigint[]) AND args ? 'undeliverable'`
+
+	sqlEventsBySequence = `SELECT global_sequence, event_id, type, key, tags, data, metadata, occurred_at
+FROM riverbus_event WHERE global_sequence = ANY($1::bigint[]) ORDER BY global_sequence`
+
+	// sqlDeadLetterSetArgs puts the rebuilt envelope in the dead letter
+	// (which a reinsert copies) and in its job row, if it is still there.
+	sqlDeadLetterSetArgs = `WITH d AS (
+	UPDATE riverbus_dead_letter SET args = $2::jsonb WHERE job_id = $1
+)
+UPDATE river_job SET args = $2::jsonb WHERE id = $1 AND state = 'discarded'`
+)

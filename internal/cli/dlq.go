@@ -161,7 +161,16 @@ func (a *app) dlqActionCommand(verb string) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "retried %d dead letter(s) of pool %s in sequence order\n", len(res), pool)
+				var stay []workers.DeadLetterRetry
+				for _, r := range res {
+					if r.Action == workers.RetryUndeliverable {
+						stay = append(stay, r)
+					}
+				}
+				fmt.Fprintf(a.stdout, "retried %d dead letter(s) of pool %s in sequence order\n", len(res)-len(stay), pool)
+				for _, r := range stay {
+					fmt.Fprintf(a.stdout, "dead letter %d left: event still cannot become a job: %s\n", r.DeadJobID, truncate(r.Reason, 200))
+				}
 			case verb == "retry":
 				res, err := workers.RetryDeadLetter(ctx, db, id)
 				if err != nil {
