@@ -20,6 +20,21 @@ const (
 	TagMaxBytes = 1024
 )
 
+// EventMaxBytes bounds an event's data and metadata together, in bytes of
+// JSON text, so that its job's envelope (one jsonb value, at most 256 MB of
+// content, holding every event of a transaction group in grouped pools)
+// always fits. The database refuses more than the same in stored (binary)
+// jsonb size (CHECK riverbus_event_size, migration 007).
+const EventMaxBytes = 64 << 20
+
+// EventMaxDepth bounds how deeply an event's data and metadata nest (arrays
+// and objects), well inside the 10,000 levels encoding/json accepts around
+// the envelope the value is delivered in. The database does not check it:
+// measuring it walks the whole value on every insert. An event appended by
+// SQL past encoding/json's limit becomes a dead letter of the pools it
+// matches (see the README).
+const EventMaxDepth = 1000
+
 // validateEvents checks events the way the database's CHECK constraints do,
 // and the inputs the database would reject with a less useful error
 // (invalid UTF-8, NUL characters, JSON it cannot store).
@@ -52,6 +67,9 @@ func validateEvents(events []Event) error {
 		if reason := checkMetadata(e.Metadata); reason != "" {
 			return invalid("Metadata", reason)
 		}
+		if n := len(e.Data) + len(e.Metadata); n > EventMaxBytes {
+			return invalid("Data", fmt.Sprintf("must be at most %d bytes together with Metadata, got %d", EventMaxBytes, n))
+		}
 		if !e.OccurredAt.IsZero() && (e.OccurredAt.Year() < 1 || e.OccurredAt.Year() > 9999) {
 			return invalid("OccurredAt", fmt.Sprintf("must be in years 1 to 9999, got %s", e.OccurredAt))
 		}
@@ -81,6 +99,9 @@ func validateCommand(c Command) error {
 	}
 	if reason := checkMetadata(c.Metadata); reason != "" {
 		return invalid("Metadata", reason)
+	}
+	if n := len(c.Data) + len(c.Metadata); n > EventMaxBytes {
+		return invalid("Data", fmt.Sprintf("must be at most %d bytes together with Metadata, got %d", EventMaxBytes, n))
 	}
 	return nil
 }
@@ -199,7 +220,36 @@ func checkJSON(data json.RawMessage) string {
 	if hasNULEscape(data) {
 		return `must not contain \u0000, which PostgreSQL jsonb cannot store`
 	}
+	if d := jsonDepth(data); d > EventMaxDepth {
+		return fmt.Sprintf("must nest at most %d levels deep, got %d", EventMaxDepth, d)
+	}
 	return ""
+}
+
+// jsonDepth returns how deeply a valid JSON text nests arrays and objects.
+func jsonDepth(data []byte) int {
+	depth, deepest := 0, 0
+	inString := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch {
+		case inString:
+			switch c {
+			case '"':
+				inString = false
+			case '\\':
+				i++ // skip the escaped character
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // jsonKind names the kind of a valid JSON value by its first byte.

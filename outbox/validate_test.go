@@ -66,6 +66,12 @@ func TestAppendRejectsInvalidEvents(t *testing.T) {
 		{"MetadataString", []outbox.Event{with(func(e *outbox.Event) { e.Metadata = json.RawMessage(`"s"`) })}, 0, "Metadata", "outbox: event 0: Metadata must be a JSON object, got string"},
 		{"MetadataNull", []outbox.Event{with(func(e *outbox.Event) { e.Metadata = json.RawMessage(`null`) })}, 0, "Metadata", "outbox: event 0: Metadata must be a JSON object, got null"},
 		{"MetadataNotJSON", []outbox.Event{with(func(e *outbox.Event) { e.Metadata = json.RawMessage(`{`) })}, 0, "Metadata", "outbox: event 0: Metadata must be valid JSON"},
+		{"DataTooDeep", []outbox.Event{with(func(e *outbox.Event) { e.Data = json.RawMessage(nested(outbox.EventMaxDepth + 1)) })}, 0, "Data", "outbox: event 0: Data must nest at most 1000 levels deep, got 1001"},
+		{"MetadataTooDeep", []outbox.Event{with(func(e *outbox.Event) { e.Metadata = json.RawMessage(`{"a": ` + nested(outbox.EventMaxDepth) + `}`) })}, 0, "Metadata", "outbox: event 0: Metadata must nest at most 1000 levels deep, got 1001"},
+		{"TooBig", []outbox.Event{with(func(e *outbox.Event) {
+			e.Data = json.RawMessage(`"` + strings.Repeat("x", outbox.EventMaxBytes/2) + `"`)
+			e.Metadata = json.RawMessage(`{"s": "` + strings.Repeat("y", outbox.EventMaxBytes/2) + `"}`)
+		})}, 0, "Data", "outbox: event 0: Data must be at most 67108864 bytes together with Metadata, got 67108875"},
 		{"SecondEvent", []outbox.Event{valid, with(func(e *outbox.Event) { e.Type = "" })}, 1, "Type", "outbox: event 1: Type must not be empty"},
 		{"DuplicateEventID", []outbox.Event{with(func(e *outbox.Event) { e.EventID = id }), valid, with(func(e *outbox.Event) { e.EventID = id })}, 2, "EventID", "outbox: event 2: EventID must be unique, 0190a6c4-5b1e-7c3d-8e2f-0000000000ff is also the id of event 0"},
 	}
@@ -98,7 +104,7 @@ func TestAppendRejectsInvalidEvents(t *testing.T) {
 		e.Type = strings.Repeat("é", 255)
 		e.Tags = []string{"a=", "b==", "c=d=e"}
 		e.Metadata = json.RawMessage(` {} `)
-		e.Data = json.RawMessage(`"\\u0000 is text here"`)
+		e.Data = json.RawMessage(`["\\u0000 is text here", "[[[[", ` + nested(outbox.EventMaxDepth-1) + `]`)
 	}))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), appended[0].GlobalSequence)
@@ -158,6 +164,11 @@ func TestReadRejectsInvalidParams(t *testing.T) {
 }
 
 // The database enforces the same rules whatever path the rows take.
+// nested returns a JSON array nested depth levels deep.
+func nested(depth int) string {
+	return strings.Repeat("[", depth) + strings.Repeat("]", depth)
+}
+
 func TestDatabaseRejectsInvalidRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -180,6 +191,8 @@ func TestDatabaseRejectsInvalidRows(t *testing.T) {
 		{"MetadataArray", `('T', '', '{}', '{}', '[]')`, "23514", "riverbus_event_metadata_object"},
 		{"MetadataString", `('T', '', '{}', '{}', '"s"')`, "23514", "riverbus_event_metadata_object"},
 		{"NullData", `('T', '', '{}', NULL, '{}')`, "23502", ""},
+		// Over 64 MiB of jsonb, however well it compresses.
+		{"TooBig", `('T', '', '{}', to_jsonb(repeat('x', 40000000)), jsonb_build_object('s', repeat('y', 30000000)))`, "23514", "riverbus_event_size"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

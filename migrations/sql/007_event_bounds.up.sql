@@ -1,0 +1,21 @@
+-- Events that could never be delivered are refused at append time, where
+-- that is cheap.
+--
+-- Size: a pool job's args are the event's envelope, one jsonb value, which
+-- PostgreSQL limits to 256 MB of content (a transaction group's job holds
+-- several events). Data and metadata together are bounded to 64 MiB, as
+-- the jsonb values are stored: in a CHECK, before TOAST compresses them,
+-- pg_column_size is their full binary size, read from the value's header
+-- without walking it. The Go API (outbox.EventMaxBytes) bounds the JSON
+-- text the same.
+--
+-- Depth is not checked here: measuring it walks the whole value on every
+-- insert. outbox.Append refuses JSON nested deeper than
+-- outbox.EventMaxDepth; an event appended by SQL past that and past
+-- encoding/json's 10,000 levels becomes a dead letter of each pool that
+-- matches it, with the reason (see README, "Undeliverable events").
+--
+-- NOT VALID: rows appended before this migration stay; the fan-out turns
+-- any of them it cannot deliver into dead letters.
+ALTER TABLE riverbus_event ADD CONSTRAINT riverbus_event_size
+  CHECK (pg_column_size(data) + pg_column_size(metadata) <= 67108864) NOT VALID;

@@ -1,0 +1,134 @@
+package workers_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/workers"
+)
+
+// appendDeepEvent appends, by SQL, an event whose data nests deeper than
+// encoding/json accepts, and returns its sequence.
+func appendDeepEvent(t *testing.T, db *pgxpool.Pool) int64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET max_stack_depth = '7MB'`)
+	require.NoError(t, err)
+	var seq int64
+	require.NoError(t, conn.QueryRow(ctx,
+		`INSERT INTO riverbus_event (type, key, data) VALUES ('deep', 'k', $1::text::jsonb) RETURNING global_sequence`,
+		strings.Repeat("[", 20_000)+strings.Repeat("]", 20_000)).Scan(&seq))
+	_, err = conn.Exec(ctx, `RESET max_stack_depth`)
+	require.NoError(t, err)
+	return seq
+}
+
+func fanOut(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
+	f, err := fanout.New(db, &fanout.Config{Logger: discardLogger})
+	require.NoError(t, err)
+	for {
+		res, err := f.Pass(context.Background())
+		require.NoError(t, err)
+		if !res.More {
+			break
+		}
+	}
+}
+
+// An event the fan-out could not turn into a job is a dead letter with the
+// reason; retried before its row is repaired it stays; retried after, it
+// is delivered with its real envelope, rebuilt from riverbus_event, whether
+// River's cleaner deleted the job row or not. Purging works as for any dead
+// letter.
+func TestRetryUndeliverableAfterRepair(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "invoices"})
+	require.NoError(t, err)
+	kept := appendDeepEvent(t, db)
+	cleaned := appendDeepEvent(t, db)
+	purged := appendDeepEvent(t, db)
+	fanOut(t, db)
+
+	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	require.NoError(t, err)
+	require.Len(t, dls, 3)
+	bySeq := map[int64]workers.DeadLetter{}
+	for _, d := range dls {
+		require.Contains(t, d.LastError, "exceeded max depth")
+		require.Equal(t, "deep", d.EventType)
+		require.Equal(t, "k", d.EventKey)
+		require.Less(t, len(d.Args), 1000, "the stub carries no payload")
+		bySeq[d.GlobalSequence] = d
+	}
+
+	// Not repaired yet: it stays.
+	res, err := workers.RetryDeadLetter(ctx, db, bySeq[kept].JobID)
+	require.ErrorIs(t, err, workers.ErrUndeliverable)
+	require.Equal(t, workers.RetryUndeliverable, res.Action)
+	require.Contains(t, res.Reason, "exceeded max depth")
+	dls, err = workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	require.NoError(t, err)
+	require.Len(t, dls, 3)
+
+	// Repaired, River's cleaner having deleted one job row.
+	_, err = db.Exec(ctx, `UPDATE riverbus_event SET data = jsonb_build_object('fixed', global_sequence) WHERE global_sequence IN ($1, $2)`, kept, cleaned)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, bySeq[cleaned].JobID)
+	require.NoError(t, err)
+	all, err := workers.RetryDeadLetters(ctx, db, "invoices")
+	require.NoError(t, err)
+	actions := map[int64]workers.RetryAction{}
+	for _, r := range all {
+		actions[r.DeadJobID] = r.Action
+	}
+	require.Equal(t, map[int64]workers.RetryAction{
+		bySeq[kept].JobID:    workers.RetryRequeued,
+		bySeq[cleaned].JobID: workers.RetryReinserted,
+		bySeq[purged].JobID:  workers.RetryUndeliverable,
+	}, actions)
+
+	rows, err := db.Query(ctx, `SELECT state::text, args FROM river_job WHERE kind = 'invoices' AND state = 'available' ORDER BY (args->>'global_sequence')::bigint`)
+	require.NoError(t, err)
+	var got []workers.Args
+	for rows.Next() {
+		var state string
+		var raw []byte
+		require.NoError(t, rows.Scan(&state, &raw))
+		require.NotContains(t, string(raw), "undeliverable")
+		var a workers.Args
+		require.NoError(t, json.Unmarshal(raw, &a))
+		got = append(got, a)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, got, 2)
+	for i, seq := range []int64{kept, cleaned} {
+		require.Equal(t, seq, got[i].GlobalSequence)
+		require.Equal(t, "deep", got[i].Type)
+		require.JSONEq(t, `{"fixed": `+jsonInt(seq)+`}`, string(got[i].Data))
+		require.NotZero(t, got[i].EventID)
+	}
+
+	// The one never repaired is purged.
+	require.NoError(t, workers.PurgeDeadLetter(ctx, db, bySeq[purged].JobID))
+	dls, err = workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	require.NoError(t, err)
+	require.Empty(t, dls)
+}
+
+func jsonInt(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
