@@ -320,6 +320,11 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 	require.NoError(t, pinned.Rollback(ctx))
 	appendEvent(t, b.db, "wake")
 	eventually(t, 10*time.Second, "skipped sequence forgotten", func() bool { return horizon(t, b.db).Watching == 0 })
+	// The pool is fanned out in a loop of its own, after the horizon moved.
+	eventually(t, 10*time.Second, "the pool's job", func() bool {
+		c, _ := jobs(t, b.db, "pp")
+		return c[after] > 0
+	})
 	c, _ := jobs(t, b.db, "pp")
 	require.NotContains(t, c, n)
 	require.Equal(t, 1, c[after])

@@ -17,6 +17,7 @@
 //	riverbus_pool_late_events_delivered_total late events delivered
 //	riverbus_pool_jobs                        River jobs by state (label state, every River state)
 //	riverbus_pool_dead_letters                dead letters kept in riverbus_dead_letter
+//	riverbus_pool_undeliverable_dead_letters  of those, events the fan-out could not turn into jobs
 //	riverbus_pool_paused                      1 when the pool's fan-out is paused
 //	riverbus_pool_checkpoint_held_seconds     how long the checkpoint has stood still behind its oldest unfinished job (0: none)
 //	riverbus_pool_checkpoint_holder_attempts  attempts so far of that job (0: none); above 1, it is being retried

@@ -50,6 +50,7 @@ var (
 	descPoolLate       = newDesc("pool_late_events_delivered_total", "Late events delivered to the pool.", "pool")
 	descPoolJobs       = newDesc("pool_jobs", "River jobs of the pool by state.", "pool", "state")
 	descPoolDead       = newDesc("pool_dead_letters", "Dead letters of the pool: discarded jobs kept until retried or purged.", "pool")
+	descPoolUndeliv    = newDesc("pool_undeliverable_dead_letters", "Dead letters of the pool made of events the fan-out could not turn into jobs (too deep or too big), of pool_dead_letters.", "pool")
 	descPoolPaused     = newDesc("pool_paused", "1 when the pool's fan-out is paused.", "pool")
 	descPoolHeld       = newDesc("pool_checkpoint_held_seconds", "How long the pool's checkpoint has stood still behind its oldest unfinished job; 0 when it has none.", "pool")
 	descPoolHolderTry  = newDesc("pool_checkpoint_holder_attempts", "Attempts so far of the oldest unfinished job, which holds the pool's checkpoint; 0 when it has none.", "pool")
@@ -57,7 +58,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descUp, descScrapeDuration, descStateReads,
 		descHorizon, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents, descHorizonProblem,
-		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolPaused,
+		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolUndeliv, descPoolPaused,
 		descPoolHeld, descPoolHolderTry,
 	}
 )
@@ -163,6 +164,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		emit(ch, descPoolFannedOut, prometheus.CounterValue, float64(p.eventsFannedOut), p.name)
 		emit(ch, descPoolLate, prometheus.CounterValue, float64(p.lateDelivered), p.name)
 		emit(ch, descPoolDead, prometheus.GaugeValue, float64(p.deadLetters), p.name)
+		emit(ch, descPoolUndeliv, prometheus.GaugeValue, float64(p.undeliverable), p.name)
 		paused := 0.0
 		if p.paused {
 			paused = 1
@@ -236,7 +238,7 @@ type state struct {
 type poolState struct {
 	name                                               string
 	cursor, checkpoint, eventsFannedOut, lateDelivered int64
-	deadLetters                                        int64
+	deadLetters, undeliverable                         int64
 	paused                                             bool
 	heldSeconds                                        float64 // checkpoint.Holder.HeldFor
 	holderAttempts                                     int
@@ -264,7 +266,7 @@ func (c *Collector) read(ctx context.Context) (*state, error) {
 		}
 		s.pools, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (poolState, error) {
 			var p poolState
-			err := row.Scan(&p.name, &p.cursor, &p.checkpoint, &p.eventsFannedOut, &p.lateDelivered, &p.paused, &p.deadLetters)
+			err := row.Scan(&p.name, &p.cursor, &p.checkpoint, &p.eventsFannedOut, &p.lateDelivered, &p.paused, &p.deadLetters, &p.undeliverable)
 			return p, err
 		})
 		if err != nil {

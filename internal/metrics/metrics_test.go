@@ -197,6 +197,8 @@ INSERT INTO riverbus_late (sequence) VALUES (8)`)
 		`riverbus_pool_checkpoint_holder_attempts{pool="pa"}`: "0", // the job of 2, not tried yet
 		`riverbus_pool_checkpoint_held_seconds{pool="pb"}`:    "0", // no job
 		`riverbus_pool_checkpoint_holder_attempts{pool="pb"}`: "0",
+		// An ordinary dead letter, not an undeliverable event.
+		`riverbus_pool_undeliverable_dead_letters{pool="pa"}`: "0",
 	} {
 		require.Equal(t, want, s[series], series)
 	}

@@ -12,7 +12,8 @@ FROM riverbus_horizon`
 	// No riverbus_pool_checkpoint row yet: the checkpoint is start_after.
 	sqlPools = `SELECT p.name, p.cursor_seq, coalesce(c.checkpoint_seq, p.start_after),
 	p.events_fanned_out, p.late_events_delivered, p.status = 'paused',
-	(SELECT count(*) FROM riverbus_dead_letter d WHERE d.pool = p.name)
+	(SELECT count(*) FROM riverbus_dead_letter d WHERE d.pool = p.name),
+	(SELECT count(*) FROM riverbus_dead_letter d WHERE d.pool = p.name AND d.args ? 'undeliverable')
 FROM riverbus_pool p LEFT JOIN riverbus_pool_checkpoint c ON c.pool = p.name
 ORDER BY p.name`
 
