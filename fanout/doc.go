@@ -30,6 +30,10 @@
 //
 // FanOutPool runs one batch of one pool in one transaction: lock the pool
 // row FOR UPDATE SKIP LOCKED, read its events in (cursor, H], insert their
-// jobs, move the cursor, commit. Fanout.Run loops over horizon rounds and
-// pool batches, woken by LISTEN riverbus_event and a poll interval.
+// jobs, move the cursor, commit. An event that cannot become a job (JSON
+// nested too deep for encoding/json, an envelope too big for jsonb) becomes
+// a dead letter of the pool with the reason, and the batch goes on.
+// Fanout.Run advances the horizon in one loop and fans out each pool in
+// another, woken by LISTEN riverbus_event, by each move of the horizon and
+// by a poll interval; each pool's failures back off on their own.
 package fanout
