@@ -101,6 +101,9 @@ type Fanout struct {
 	plain map[string]plainKind
 	// problemLog paces the ERROR logs of broken assumptions (horizon.go).
 	problemLog problemLog
+	// noPlain: the plain path's statement cannot run on this server.
+	// Guarded by mu.
+	noPlain bool
 }
 
 // New validates cfg and returns a Fanout. It does not touch the database.

@@ -124,8 +124,9 @@ var (
 func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res BatchResult, full, handled bool, err error) {
 	f.mu.Lock()
 	kind := f.plain[name]
+	noPlain := f.noPlain
 	f.mu.Unlock()
-	if kind != plainAll && kind != plainTyped {
+	if noPlain || (kind != plainAll && kind != plainTyped) {
 		return res, false, false, nil
 	}
 	sql := sqlPlainBatchAll
@@ -151,11 +152,21 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res BatchResult,
 	b.Queue("COMMIT")
 	if err := f.db.SendBatch(ctx, b).Close(); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && refusedData(pgErr) {
+		switch {
+		case errors.As(err, &pgErr) && refusedData(pgErr):
 			// An envelope the database refused (a jsonb limit, say): the
 			// general path finds which event it is and goes on.
 			f.logger.Warn("plain fan-out path refused an event; taking the general path", "pool", name, "error", err)
 			f.forgetPlain(name)
+			return BatchResult{}, false, false, nil
+		case errors.As(err, &pgErr) && pgErr.Code[:2] == "42":
+			// The statement itself cannot run on this server (before
+			// PostgreSQL 14, pg_column_compression does not exist): the
+			// general path, always correct, takes every pool from now on.
+			f.logger.Warn("plain fan-out path unavailable on this server; every pool takes the general path", "error", err)
+			f.mu.Lock()
+			f.noPlain = true
+			f.mu.Unlock()
 			return BatchResult{}, false, false, nil
 		}
 		return BatchResult{}, false, true, fmt.Errorf("fan out pool %q: %w", name, err)
