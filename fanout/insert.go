@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -56,9 +57,9 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 		args, err := json.Marshal(u.args)
 		switch {
 		case err != nil:
-			j.reason = "envelope cannot be encoded as JSON: " + err.Error()
+			j.reason = encodeFailure(err)
 		case len(args) > envelopeMaxBytes:
-			j.reason = fmt.Sprintf("envelope is %d bytes, over the limit of %d", len(args), envelopeMaxBytes)
+			j.reason = fmt.Sprintf("too big: the envelope is %d bytes, over the limit of %d", len(args), envelopeMaxBytes)
 		default:
 			j.args = args
 		}
@@ -222,7 +223,7 @@ func copyFind(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*jo
 		return nil, fmt.Errorf("insert jobs: %w", err)
 	}
 	if len(jobs) == 1 {
-		jobs[0].reason = "the database refused the envelope: " + pgErr.Message
+		jobs[0].reason = "refused by the database: " + pgErr.Message
 		return jobs, nil
 	}
 	half := len(jobs) / 2
@@ -235,6 +236,15 @@ func copyFind(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*jo
 		return nil, err
 	}
 	return append(a, b...), nil
+}
+
+// encodeFailure is the reason of a unit whose envelope encoding/json cannot
+// encode: short, as `dlq list` shows the first 60 characters.
+func encodeFailure(err error) string {
+	if strings.Contains(err.Error(), "exceeded max depth") {
+		return "too deep: JSON nested over the 10000 levels encoding/json accepts (" + err.Error() + ")"
+	}
+	return "cannot be encoded as JSON: " + err.Error()
 }
 
 // refusedData reports whether err is the database refusing a value (a data

@@ -132,6 +132,7 @@ func TestDeepEventBecomesDeadLetter(t *testing.T) {
 		require.Len(t, jobs, 5, pool)
 		for _, seq := range []int64{deepData, deepMeta} {
 			require.Equal(t, "discarded", jobs[seq].state, "%s: event %d", pool, seq)
+			require.True(t, strings.HasPrefix(jobs[seq].undeliverable, "too deep: "), pool)
 			require.Contains(t, jobs[seq].undeliverable, "exceeded max depth", pool)
 		}
 		dls := deadLetters(t, b.db, pool)
@@ -212,7 +213,7 @@ func TestEnvelopeOverJSONBLimitBecomesDeadLetter(t *testing.T) {
 	jobs := jobStates(t, b.db, "plain")
 	require.Len(t, jobs, 3)
 	require.Equal(t, "discarded", jobs[big].state)
-	require.Contains(t, deadLetters(t, b.db, "plain")[big].lastError, "the database refused the envelope")
+	require.Contains(t, deadLetters(t, b.db, "plain")[big].lastError, "refused by the database: ")
 	require.Equal(t, "available", jobs[before].state)
 	require.Equal(t, "available", jobs[after].state)
 }

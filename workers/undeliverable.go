@@ -95,7 +95,7 @@ func rebuildEnvelope(ctx context.Context, tx pgx.Tx, s undeliverableStub) ([]byt
 	}
 	args, err := json.Marshal(v)
 	if err != nil {
-		return nil, "envelope still cannot be encoded as JSON: " + err.Error(), nil
+		return nil, "still cannot be encoded as JSON: " + err.Error(), nil
 	}
 	return args, "", nil
 }
