@@ -7,10 +7,14 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -131,4 +135,41 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 func jsonInt(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// Retried outside riverbus (River UI's button, River's JobRetry) after the
+// event row is repaired, a dead letter of an undeliverable event runs with
+// its real envelope too, the same the fan-out builds, never with the stub.
+func TestRiverRetryOfUndeliverableRebuildsEnvelope(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "invoices"})
+	require.NoError(t, err)
+	seq := appendDeepEvent(t, db)
+	fanOut(t, db)
+	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+
+	_, err = db.Exec(ctx, `UPDATE riverbus_event SET data = '{"fixed": true}', metadata = '{"m": [1]}' WHERE global_sequence = $1`, seq)
+	require.NoError(t, err)
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: discardLogger})
+	require.NoError(t, err)
+	job, err := client.JobRetry(ctx, dls[0].JobID)
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateAvailable, job.State)
+
+	events, err := outbox.Read(ctx, db, outbox.ReadParams{})
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.NotContains(t, string(job.EncodedArgs), "undeliverable")
+	var got workers.Args
+	require.NoError(t, json.Unmarshal(job.EncodedArgs, &got))
+	require.True(t, got.OccurredAt.Equal(events[0].OccurredAt))
+	got.OccurredAt = events[0].OccurredAt
+	require.JSONEq(t, string(events[0].Data), string(got.Data))
+	require.JSONEq(t, string(events[0].Metadata), string(got.Metadata))
+	got.Data, got.Metadata = events[0].Data, events[0].Metadata
+	require.Equal(t, workers.Args{Event: events[0]}, got)
 }
