@@ -173,3 +173,49 @@ func TestRiverRetryOfUndeliverableRebuildsEnvelope(t *testing.T) {
 	got.Data, got.Metadata = events[0].Data, events[0].Metadata
 	require.Equal(t, workers.Args{Event: events[0]}, got)
 }
+
+// A transaction group with an undeliverable event is one dead letter naming
+// the group's events; repaired and retried, it runs as the whole group.
+func TestRetryUndeliverableGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "ledger", Grouping: fanout.GroupTransaction})
+	require.NoError(t, err)
+	conn, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	var first, deep int64
+	_, err = conn.Exec(ctx, `SET max_stack_depth = '7MB'`)
+	require.NoError(t, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('ok', 'k', '{"n": 1}') RETURNING global_sequence`).Scan(&first))
+	require.NoError(t, tx.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('deep', 'k', $1::text::jsonb) RETURNING global_sequence`,
+		strings.Repeat("[", 20_000)+strings.Repeat("]", 20_000)).Scan(&deep))
+	require.NoError(t, tx.Commit(ctx))
+	_, err = conn.Exec(ctx, `RESET max_stack_depth`)
+	require.NoError(t, err)
+	conn.Release()
+	fanOut(t, db)
+
+	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "ledger"})
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, first, dls[0].GlobalSequence)
+	require.Contains(t, dls[0].LastError, "too deep")
+
+	_, err = db.Exec(ctx, `UPDATE riverbus_event SET data = '{"fixed": true}' WHERE global_sequence = $1`, deep)
+	require.NoError(t, err)
+	res, err := workers.RetryDeadLetter(ctx, db, dls[0].JobID)
+	require.NoError(t, err)
+	require.Equal(t, workers.RetryRequeued, res.Action)
+	var raw []byte
+	require.NoError(t, db.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, res.JobID).Scan(&raw))
+	var g workers.GroupArgs
+	require.NoError(t, json.Unmarshal(raw, &g))
+	require.Equal(t, first, g.GlobalSequence)
+	require.NotEmpty(t, g.TransactionID)
+	require.Len(t, g.Events, 2)
+	require.Equal(t, deep, g.Events[1].GlobalSequence)
+	require.JSONEq(t, `{"fixed": true}`, string(g.Events[1].Data))
+}
