@@ -117,7 +117,7 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 	return dead, nil
 }
 
-// busyLanes takes the advisory locks of the units' lanes (see lockLanes)
+// busyLanes takes the locks of the units' lanes (see lockLanes)
 // and returns the lanes that have a job in flight or, in a pool that blocks
 // on dead letters, a dead letter.
 func busyLanes(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) (map[string]bool, error) {
