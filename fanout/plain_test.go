@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/fanout"
@@ -117,4 +118,34 @@ func mustCompact(t *testing.T, raw json.RawMessage) []byte {
 	out, err := json.Marshal(v)
 	require.NoError(t, err)
 	return out
+}
+
+// A server on which the plain path's statement cannot run (before
+// PostgreSQL 14 it has no pg_column_compression; here a stand-in in the
+// search path fails as the missing function does) sends every pool to the
+// general path instead of failing it.
+func TestPlainPathUnavailableFallsBackToGeneralPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.db.Exec(ctx, `CREATE FUNCTION public.pg_column_compression(jsonb) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION USING ERRCODE = 'undefined_function', MESSAGE = 'function pg_column_compression(jsonb) does not exist'; END $$`)
+	require.NoError(t, err)
+	cfg := b.db.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["search_path"] = "public, pg_catalog"
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+
+	createPool(t, db, fanout.PoolParams{Name: "plain"})
+	f := newFanout(t, db, fanout.Config{})
+	first := appendEvent(t, db, "a")
+	drain(t, f)
+	require.True(t, f.UsesPlainPath("plain"))
+	second := appendEvent(t, db, "b")
+	drain(t, f) // the plain statement fails; the general path takes the batch
+	third := appendEvent(t, db, "c")
+	drain(t, f)
+	c, _ := jobs(t, db, "plain")
+	require.Equal(t, map[int64]int{first: 1, second: 1, third: 1}, c)
 }
