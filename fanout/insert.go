@@ -262,7 +262,11 @@ func insertDeadLetters(ctx context.Context, tx pgx.Tx, p *lockedPool, dead []*jo
 	metas := make([][]byte, len(dead))
 	reasons := make([]string, len(dead))
 	for i, j := range dead {
-		stub, err := json.Marshal(stubArgs(j.u, j.reason))
+		m, err := stubArgs(j.u, j.reason)
+		if err != nil {
+			return fmt.Errorf("encode dead-letter stub: %w", err)
+		}
+		stub, err := json.Marshal(m)
 		if err != nil {
 			return fmt.Errorf("encode dead-letter stub: %w", err)
 		}
@@ -278,31 +282,42 @@ func insertDeadLetters(ctx context.Context, tx pgx.Tx, p *lockedPool, dead []*jo
 	return nil
 }
 
-// stubArgs is what a dead letter of an undeliverable unit carries: what
-// identifies its event(s), and the reason.
-func stubArgs(u unit, reason string) map[string]any {
-	m := map[string]any{undeliverableField: reason, "global_sequence": u.first}
+// stubArgs is what a dead letter of an undeliverable unit carries: its
+// envelope without the payload (every event's data and metadata; a group's
+// events are named by their sequences), and the reason. Built from the
+// envelope itself, so it keeps whatever else the envelope says (late, a
+// group's part), which the retry's rebuild copies back.
+func stubArgs(u unit, reason string) (map[string]any, error) {
+	var shell any
+	var seqs []int64
 	switch a := u.args.(type) {
 	case jobArgs:
-		m["event_id"] = a.EventID
-		m["type"] = a.Type
-		m["key"] = a.Key
-		m["tags"] = a.Tags
-		m["occurred_at"] = a.OccurredAt
-		if a.Late {
-			m["late"] = true
-		}
+		a.Data, a.Metadata = nil, nil
+		shell = a
 	case groupArgs:
-		m["transaction_id"] = a.TransactionID
-		m["key"] = a.Key
-		seqs := make([]int64, len(a.Events))
-		for i, e := range a.Events {
-			seqs[i] = e.GlobalSequence
+		for _, e := range a.Events {
+			seqs = append(seqs, e.GlobalSequence)
 		}
-		m["sequences"] = seqs
-		if a.Late {
-			m["late"] = true
-		}
+		a.Events = nil
+		shell = a
+	default:
+		return nil, fmt.Errorf("unexpected job args %T", u.args)
 	}
-	return m
+	b, err := json.Marshal(shell)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "data")
+	delete(m, "metadata")
+	delete(m, "events")
+	if seqs != nil {
+		m["sequences"] = seqs
+	}
+	m["global_sequence"] = u.first
+	m[undeliverableField] = reason
+	return m, nil
 }

@@ -12,15 +12,21 @@ import (
 )
 
 // undeliverableStub is the args of a dead letter the fan-out made of a unit
-// it could not turn into a job: the identity of its event, or of its
-// transaction group's events, and the reason. It carries no payload.
+// it could not turn into a job: its envelope without the payload (the
+// events' data and metadata; a group's events are named in "sequences"),
+// and "undeliverable": the reason.
 type undeliverableStub struct {
-	Reason         string  `json:"undeliverable"`
 	GlobalSequence int64   `json:"global_sequence"`
-	TransactionID  string  `json:"transaction_id"`
-	Key            string  `json:"key"`
 	Sequences      []int64 `json:"sequences"` // a group's events; none for one event
-	Late           bool    `json:"late"`
+	fields         map[string]json.RawMessage
+}
+
+func (s *undeliverableStub) UnmarshalJSON(b []byte) error {
+	type plain undeliverableStub
+	if err := json.Unmarshal(b, (*plain)(s)); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, &s.fields)
 }
 
 // rebuildUndeliverable gives the dead letters among ids that are stubs of
@@ -89,10 +95,21 @@ func rebuildEnvelope(ctx context.Context, tx pgx.Tx, s undeliverableStub) ([]byt
 	if len(events) != len(seqs) {
 		return nil, fmt.Sprintf("%d of the %d events it names are no longer in riverbus_event", len(seqs)-len(events), len(seqs)), nil
 	}
-	var v any = Args{Event: events[0], Late: s.Late}
-	if s.Sequences != nil {
-		v = GroupArgs{GlobalSequence: s.GlobalSequence, TransactionID: s.TransactionID, Key: s.Key, Events: events, Late: s.Late}
+	// The stub's fields (late, a group's part, ...), then the events.
+	env := map[string]any{}
+	for k, v := range s.fields {
+		if k != "undeliverable" && k != "sequences" {
+			env[k] = v
+		}
 	}
+	if s.Sequences != nil {
+		env["events"] = events
+	} else {
+		e := events[0]
+		env["global_sequence"], env["event_id"], env["type"], env["key"] = e.GlobalSequence, e.EventID, e.Type, e.Key
+		env["tags"], env["data"], env["metadata"], env["occurred_at"] = e.Tags, e.Data, e.Metadata, e.OccurredAt
+	}
+	v := env
 	args, err := json.Marshal(v)
 	if err != nil {
 		return nil, "still cannot be encoded as JSON: " + err.Error(), nil

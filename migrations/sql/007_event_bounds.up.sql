@@ -54,14 +54,12 @@ BEGIN
   IF coalesce(jsonb_array_length(events), 0) <> cardinality(seqs) THEN
     RAISE EXCEPTION 'riverbus: job % is the dead letter of an undeliverable event whose row is gone from riverbus_event; purge it (riverbus dlq purge %)', NEW.id, NEW.id;
   END IF;
+  -- The stub is the envelope without its payload: whatever else it says
+  -- (late, a group's part) is kept.
   IF NEW.args ? 'sequences' THEN
-    envelope := jsonb_build_object('global_sequence', NEW.args->'global_sequence',
-      'transaction_id', NEW.args->'transaction_id', 'key', NEW.args->'key', 'events', events);
+    envelope := (NEW.args - 'undeliverable' - 'sequences') || jsonb_build_object('events', events);
   ELSE
-    envelope := events->0;
-  END IF;
-  IF NEW.args->'late' = 'true'::jsonb THEN
-    envelope := envelope || '{"late": true}';
+    envelope := (NEW.args - 'undeliverable') || (events->0);
   END IF;
   NEW.args := envelope;
   RETURN NEW;
