@@ -28,20 +28,6 @@ type jobArgs struct {
 
 func (a jobArgs) Kind() string { return a.kind }
 
-// groupArgs is the job of a transaction-grouped pool: every matching event
-// one application transaction appended (with one key, in a key-ordered
-// pool), in sequence order. workers.GroupArgs decodes it.
-type groupArgs struct {
-	kind           string
-	GlobalSequence int64          `json:"global_sequence"` // the first event's
-	TransactionID  string         `json:"transaction_id"`
-	Key            string         `json:"key"`
-	Events         []outbox.Event `json:"events"`
-	Late           bool           `json:"late,omitempty"`
-}
-
-func (a groupArgs) Kind() string { return a.kind }
-
 type lockedPool struct {
 	name         string
 	queue        string
@@ -145,7 +131,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 				if _, err := tx.Exec(ctx, sqlPoolLateRecord, name, seqs); err != nil {
 					return fmt.Errorf("record late events: %w", err)
 				}
-				lateUnits, err := f.units(ctx, tx, &p, matching, true, 0)
+				lateUnits, err := f.units(ctx, tx, &p, matching, true)
 				if err != nil {
 					return err
 				}
@@ -172,7 +158,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 			if full {
 				newCursor = events[len(events)-1].GlobalSequence
 			}
-			normal, err := f.units(ctx, tx, &p, events, false, p.cursor)
+			normal, err := f.units(ctx, tx, &p, events, false)
 			if err != nil {
 				return err
 			}
@@ -237,71 +223,15 @@ func (f *Fanout) batchDone(res BatchResult) {
 	}
 }
 
-// units turns matching events into jobs: one per event, or one per
-// transaction group. For a grouped pool, a group is emitted with its first
-// event (every later event of the group is skipped when the batch that
-// reads it finds the group's first event at or below cursor); late events
-// always emit their whole group.
-func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []event, late bool, cursor int64) ([]unit, error) {
-	if p.grouping != GroupTransaction {
-		out := make([]unit, len(events))
-		for i, e := range events {
-			out[i] = unit{args: jobArgs{kind: p.name, Event: e.Event, Late: late}, first: e.GlobalSequence, lane: p.lane(e.Key), late: late}
-		}
-		return out, nil
+// units turns matching events into jobs: one per event, or, for a grouped
+// pool, one per transaction group (group.go).
+func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []event, late bool) ([]unit, error) {
+	if p.grouping == GroupTransaction {
+		return f.groupUnits(ctx, tx, p, events, late)
 	}
-	if len(events) == 0 {
-		return nil, nil
-	}
-	txids := make([]string, 0, len(events))
-	for _, e := range events {
-		txids = append(txids, e.txid)
-	}
-	slices.Sort(txids)
-	txids = slices.Compact(txids)
-	var rows pgx.Rows
-	var err error
-	if len(p.eventTypes) > 0 {
-		rows, err = tx.Query(ctx, sqlTransactionEventsOfTypes, txids, p.tags, p.eventTypes)
-	} else {
-		rows, err = tx.Query(ctx, sqlTransactionEvents, txids, p.tags)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read transaction groups: %w", err)
-	}
-	all, err := pgx.CollectRows(rows, scanEvent)
-	if err != nil {
-		return nil, fmt.Errorf("read transaction groups: %w", err)
-	}
-	groupKey := func(e event) string {
-		if p.ordering == OrderingKey {
-			return e.txid + "\x00" + e.Key
-		}
-		return e.txid
-	}
-	groups := map[string]*groupArgs{}
-	for _, e := range all { // in sequence order
-		k := groupKey(e)
-		g := groups[k]
-		if g == nil {
-			g = &groupArgs{kind: p.name, GlobalSequence: e.GlobalSequence, TransactionID: e.txid, Key: e.Key, Late: late}
-			groups[k] = g
-		}
-		g.Events = append(g.Events, e.Event)
-	}
-	var out []unit
-	emitted := map[string]bool{}
-	for _, e := range events {
-		k := groupKey(e)
-		g := groups[k]
-		if g == nil || emitted[k] {
-			continue
-		}
-		if !late && g.GlobalSequence <= cursor {
-			continue // emitted by an earlier batch, or by the late path
-		}
-		emitted[k] = true
-		out = append(out, unit{args: *g, first: g.GlobalSequence, lane: p.lane(g.Key), late: late})
+	out := make([]unit, len(events))
+	for i, e := range events {
+		out[i] = unit{args: jobArgs{kind: p.name, Event: e.Event, Late: late}, first: e.GlobalSequence, lane: p.lane(e.Key), late: late}
 	}
 	return out, nil
 }

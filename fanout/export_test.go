@@ -15,3 +15,12 @@ func SetEnvelopeMaxBytes(n int) func() {
 	envelopeMaxBytes = n
 	return func() { envelopeMaxBytes = old }
 }
+
+// SetGroupPartBounds sets the most events and encoded bytes of one part of a
+// transaction group, and returns a function that restores the defaults.
+// Tests that call it must not run in parallel.
+func SetGroupPartBounds(events, bytes int) (restore func()) {
+	e, b := groupPartMaxEvents, groupPartMaxBytes
+	groupPartMaxEvents, groupPartMaxBytes = events, bytes
+	return func() { groupPartMaxEvents, groupPartMaxBytes = e, b }
+}

@@ -11,8 +11,8 @@ const (
 	sqlLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
 
 	sqlPoolInsert = `INSERT INTO riverbus_pool (name, queue, event_types, tags, max_attempts, priority, start_after, cursor_seq,
-	ordering, on_dead_letter, grouping)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)
+	group_floor, ordering, on_dead_letter, grouping)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7, $8, $9, $10)
 ON CONFLICT (name) DO NOTHING
 RETURNING ` + poolColumns
 
@@ -20,8 +20,16 @@ RETURNING ` + poolColumns
 	sqlPoolGetForUpdate = sqlPoolGet + ` FOR NO KEY UPDATE`
 	sqlPoolList         = `SELECT ` + poolColumns + ` FROM riverbus_pool ORDER BY name`
 
+	// A change of what the pool receives (filter, ordering, grouping)
+	// starts transaction groups afresh at the cursor (group.go): the rest
+	// of a transaction the cursor is inside is delivered as a new group,
+	// even if some of it was in a group of the old settings. Otherwise the
+	// old settings' answer to "was this group delivered?" could skip events
+	// the old group never held.
 	sqlPoolUpdate = `UPDATE riverbus_pool SET queue = $2, event_types = $3, tags = $4, max_attempts = $5, priority = $6,
-	ordering = $7, on_dead_letter = $8, grouping = $9, updated_at = now()
+	ordering = $7, on_dead_letter = $8, grouping = $9, updated_at = now(),
+	group_floor = CASE WHEN (event_types, tags, ordering, grouping) IS DISTINCT FROM ($3, $4, $7, $9)
+		THEN cursor_seq ELSE group_floor END
 WHERE name = $1 RETURNING ` + poolColumns
 
 	sqlPoolSetStatus = `UPDATE riverbus_pool SET status = $2, updated_at = now() WHERE name = $1 RETURNING ` + poolColumns
@@ -31,7 +39,10 @@ WHERE name = $1 RETURNING ` + poolColumns
 	sqlRiverQueueEnsure = `INSERT INTO river_queue (name, created_at, metadata, updated_at) VALUES ($1, now(), '{}', now())
 ON CONFLICT (name) DO NOTHING`
 
-	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), updated_at = now() WHERE name = $1`
+	// start_after only goes down (late events below it stay awaited from
+	// the pool); group_floor is the reset point itself.
+	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), group_floor = $2,
+	updated_at = now() WHERE name = $1`
 
 	sqlCheckpointReset = `INSERT INTO riverbus_pool_checkpoint (pool, checkpoint_seq) VALUES ($1, $2)
 ON CONFLICT (pool) DO UPDATE SET checkpoint_seq = EXCLUDED.checkpoint_seq, updated_at = now()`
@@ -359,14 +370,86 @@ ORDER BY c.seq`
 	sqlPoolLateRecord = `INSERT INTO riverbus_pool_late (pool, sequence)
 SELECT $1, s FROM unnest($2::bigint[]) AS s ON CONFLICT DO NOTHING`
 
-	// Every matching event of the given transactions, for grouped pools.
-	sqlTransactionEvents = `SELECT ` + eventColumns + ` FROM riverbus_event e
-WHERE e.transaction_id = ANY($1::text[]::xid8[]) AND e.tags @> $2
-ORDER BY e.global_sequence`
+	// Transaction groups (group.go). $1 is the pool, $2 its tag filter, $3
+	// its type filter (empty: every type); the groups come as arrays, one
+	// element per group, with first, the group's first event in the batch.
+	//
+	// A group is new unless the pool has a matching event of it in
+	// (floor, first): in that case a batch at or before that event (or the
+	// late path) delivered it. Only such new groups are read, from first
+	// on: each transaction is read once however many batches it spans.
+	//
+	// Both the probe and the read go through an index chosen by the query,
+	// not the planner: the inner subqueries (fenced by OFFSET 0, so the
+	// filter stays outside them) can only use the (transaction_id,
+	// global_sequence) index or, per key, the (key, global_sequence) one,
+	// through row comparisons that no other index serves. The probe scans
+	// backwards from first and stops at its first match, so across the
+	// batches of one transaction it reads each event at most once; the read
+	// never sorts what one index scan returns in order.
 
-	sqlTransactionEventsOfTypes = `SELECT ` + eventColumns + ` FROM riverbus_event e
-WHERE e.transaction_id = ANY($1::text[]::xid8[]) AND e.tags @> $2 AND e.type = ANY($3)
-ORDER BY e.global_sequence`
+	sqlPoolGroupFloor = `SELECT coalesce(group_floor, start_after) FROM riverbus_pool WHERE name = $1`
+
+	// One group per transaction ($4 transaction ids, $5 firsts).
+	sqlTransactionGroups = `WITH g AS MATERIALIZED (
+	SELECT u.ord, u.txid::xid8 AS txid, u.first
+	FROM unnest($4::text[], $5::bigint[]) WITH ORDINALITY AS u(txid, first, ord),
+		(SELECT coalesce(group_floor, start_after) AS floor FROM riverbus_pool WHERE name = $1) p
+	WHERE (
+		SELECT 1 FROM (
+			SELECT e.tags, e.type FROM riverbus_event e
+			WHERE e.transaction_id = u.txid::xid8
+				AND (e.transaction_id, e.global_sequence) > (u.txid::xid8, p.floor)
+				AND (e.transaction_id, e.global_sequence) < (u.txid::xid8, u.first)
+			ORDER BY e.transaction_id DESC, e.global_sequence DESC
+			OFFSET 0
+		) x
+		WHERE x.tags @> $2 AND (cardinality($3::text[]) = 0 OR x.type = ANY($3))
+		LIMIT 1) IS NULL
+)
+SELECT g.ord, ` + eventColumns + `
+FROM g CROSS JOIN LATERAL (
+	SELECT * FROM riverbus_event e
+	WHERE e.transaction_id = g.txid AND (e.transaction_id, e.global_sequence) >= (g.txid, g.first)
+	ORDER BY e.transaction_id, e.global_sequence
+	OFFSET 0
+) e
+WHERE e.tags @> $2 AND (cardinality($3::text[]) = 0 OR e.type = ANY($3))
+ORDER BY g.ord, e.global_sequence`
+
+	// One group per transaction and key, for key-ordered pools ($4
+	// transaction ids, $5 keys, $6 firsts). Through the key index, bounded
+	// to the transaction's span, so a transaction of many keys is not read
+	// once per key.
+	sqlTransactionKeyGroups = `WITH u AS MATERIALIZED (
+	SELECT u.ord, u.txid::xid8 AS txid, u.key, u.first,
+		(SELECT min(t.global_sequence) FROM riverbus_event t WHERE t.transaction_id = u.txid::xid8) AS tx_first,
+		(SELECT max(t.global_sequence) FROM riverbus_event t WHERE t.transaction_id = u.txid::xid8) AS tx_last
+	FROM unnest($4::text[], $5::text[], $6::bigint[]) WITH ORDINALITY AS u(txid, key, first, ord)
+),
+g AS MATERIALIZED (
+	SELECT u.* FROM u, (SELECT coalesce(group_floor, start_after) AS floor FROM riverbus_pool WHERE name = $1) p
+	WHERE (
+		SELECT 1 FROM (
+			SELECT e.transaction_id, e.tags, e.type FROM riverbus_event e
+			WHERE e.key = u.key
+				AND (e.key, e.global_sequence) > (u.key, GREATEST(p.floor, u.tx_first - 1))
+				AND (e.key, e.global_sequence) < (u.key, u.first)
+			ORDER BY e.key DESC, e.global_sequence DESC
+			OFFSET 0
+		) x
+		WHERE x.transaction_id = u.txid AND x.tags @> $2 AND (cardinality($3::text[]) = 0 OR x.type = ANY($3))
+		LIMIT 1) IS NULL
+)
+SELECT g.ord, ` + eventColumns + `
+FROM g CROSS JOIN LATERAL (
+	SELECT * FROM riverbus_event e
+	WHERE e.key = g.key AND (e.key, e.global_sequence) >= (g.key, g.first) AND (e.key, e.global_sequence) <= (g.key, g.tx_last)
+	ORDER BY e.key, e.global_sequence
+	OFFSET 0
+) e
+WHERE e.transaction_id = g.txid AND e.tags @> $2 AND (cardinality($3::text[]) = 0 OR e.type = ANY($3))
+ORDER BY g.ord, e.global_sequence`
 
 	// Exclusive locks on the buckets of a batch's lanes, all or none: row
 	// locks of riverbus_lane_lock (migration 012), which only

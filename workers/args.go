@@ -31,16 +31,24 @@ type Args struct {
 }
 
 // GroupArgs is what the args of a transaction-grouped pool's jobs contain
-// (a pool created with --group transaction): every event that one
-// application transaction appended and that matches the pool's filter — with
-// one key, when the pool is key-ordered — in sequence order, however many
-// there are. Embed it like Args:
+// (a pool created with --group transaction): the events that one
+// application transaction appended after the pool's start point (where it
+// was created from, or last reset to) and that match the pool's filter —
+// with one key, when the pool is key-ordered — in sequence order. Embed it
+// like Args:
 //
 //	type LedgerArgs struct{ workers.GroupArgs }
 //
 //	func (LedgerArgs) Kind() string { return "ledger" }
+//
+// A group of more than 10,000 events, or of more than 16 MB of encoded
+// events, comes as several jobs, its parts: each holds consecutive events
+// of the group, carries the global sequence of its own first event, and is
+// numbered Part (1 to Parts). In an ordered pool the parts run one after
+// another, in order; in an unordered one they may run in parallel, like
+// any two jobs.
 type GroupArgs struct {
-	// GlobalSequence is the first event's sequence.
+	// GlobalSequence is the sequence of the job's first event.
 	GlobalSequence int64 `json:"global_sequence"`
 	// TransactionID is the appending transaction's id (xid8, as text).
 	TransactionID string `json:"transaction_id"`
@@ -48,9 +56,17 @@ type GroupArgs struct {
 	Key    string         `json:"key"`
 	Events []outbox.Event `json:"events"`
 	// Late is true when the transaction committed after the horizon had
-	// skipped its first sequence on the gap timeout.
+	// skipped one of its sequences on the gap timeout.
 	Late bool `json:"late,omitempty"`
+	// Part is this job's part of the group, from 1; Parts is how many
+	// there are (1: the whole group is in this job). Both are 0 in jobs
+	// inserted before groups had parts.
+	Part  int `json:"part"`
+	Parts int `json:"parts"`
 }
+
+// Last reports whether the job holds the last events of its group.
+func (a GroupArgs) Last() bool { return a.Part == a.Parts }
 
 // DecodeError is returned by Decode and DecodeStrict when an event's data
 // does not fit the target type. It is a plain error on purpose: a worker that

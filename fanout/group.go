@@ -1,0 +1,236 @@
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Transaction groups.
+//
+// A transaction-grouped pool receives, per application transaction (and
+// key, in a key-ordered pool), the matching events above the pool's start
+// point (riverbus_pool.group_floor: where it was created from or last reset
+// to), in sequence order. A group is emitted by the batch that reads its
+// first such event, whole, including events the horizon has not passed yet
+// (they are committed with it); the batches that meet the rest of it skip
+// them. "Already emitted" is an index probe: does the pool have a matching
+// event of the group between the start point and the batch's first event of
+// it? So a transaction is read once, however many batches it spans, and
+// nothing above the start point is ever skipped, however the start point
+// falls inside a transaction.
+//
+// A group too big for one job is cut into parts (PartMaxEvents,
+// PartMaxBytes): consecutive jobs, each with the global sequence of its own
+// first event (so ordered lanes keep them in order) and its part number and
+// the number of parts.
+
+// Bounds of one part of a transaction group. Variables so tests can lower
+// them.
+var (
+	// groupPartMaxEvents is the most events one job of a group carries.
+	groupPartMaxEvents = 10_000
+	// groupPartMaxBytes bounds the encoded events of one job: River stores
+	// args as jsonb, which cannot exceed 256 MB, and a handler should not
+	// have to hold more than this at once. A single event larger than it
+	// is a part of its own.
+	groupPartMaxBytes = 16 << 20
+)
+
+// groupPart is the job of one part of a transaction group: its args, encoded
+// once while the group is read, so a big transaction is held in memory as
+// JSON only. workers.GroupArgs decodes it:
+//
+//	{"global_sequence": first event's, "transaction_id", "key",
+//	 "events": [...], "late": true (if late), "part": 1.., "parts": n}
+type groupPart struct {
+	kind string
+	json []byte
+	// err is why the part cannot be encoded (an event Go's encoder
+	// refuses); it is returned when River encodes the args.
+	err error
+}
+
+func (a groupPart) Kind() string { return a.kind }
+
+func (a groupPart) MarshalJSON() ([]byte, error) { return a.json, a.err }
+
+// groupID is a group: a transaction, and a key in a key-ordered pool.
+type groupID struct{ txid, key string }
+
+// groupUnits turns matching events into transaction-group jobs. events are
+// in sequence order. On the normal path (late false) they are the batch's
+// events above cursor; on the late path, the late events the batch found,
+// and only those above the pool's start point count.
+func (f *Fanout) groupUnits(ctx context.Context, tx pgx.Tx, p *lockedPool, events []event, late bool) ([]unit, error) {
+	if late {
+		// A late event at or below the start point is not the pool's; the
+		// rest of its group is, and counts from its first event above.
+		var floor int64
+		if err := tx.QueryRow(ctx, sqlPoolGroupFloor, p.name).Scan(&floor); err != nil {
+			return nil, fmt.Errorf("read start point: %w", err)
+		}
+		events = slices.DeleteFunc(slices.Clone(events), func(e event) bool { return e.GlobalSequence <= floor })
+	}
+	byKey := p.ordering == OrderingKey
+	var (
+		ids    []groupID
+		firsts []int64
+		seen   = map[groupID]bool{}
+	)
+	for _, e := range events {
+		id := groupID{txid: e.txid}
+		if byKey {
+			id.key = e.Key
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+			firsts = append(firsts, e.GlobalSequence)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	txids := make([]string, len(ids))
+	for i, id := range ids {
+		txids[i] = id.txid
+	}
+	var rows pgx.Rows
+	var err error
+	if byKey {
+		keys := make([]string, len(ids))
+		for i, id := range ids {
+			keys[i] = id.key
+		}
+		rows, err = tx.Query(ctx, sqlTransactionKeyGroups, p.name, p.tags, p.eventTypes, txids, keys, firsts)
+	} else {
+		rows, err = tx.Query(ctx, sqlTransactionGroups, p.name, p.tags, p.eventTypes, txids, firsts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read transaction groups: %w", err)
+	}
+	defer rows.Close()
+
+	var (
+		out  []unit
+		b    *groupBuilder
+		prev int64 = -1
+	)
+	flush := func() {
+		if b != nil {
+			out = append(out, b.finish()...)
+			b = nil
+		}
+	}
+	for rows.Next() {
+		var ord int64
+		var e event
+		var data, metadata []byte
+		var id uuid.UUID
+		if err := rows.Scan(&ord, &e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt, &e.txid); err != nil {
+			return nil, fmt.Errorf("read transaction groups: %w", err)
+		}
+		e.EventID = id
+		e.Data = json.RawMessage(data)
+		e.Metadata = json.RawMessage(metadata)
+		if ord != prev {
+			flush()
+			prev = ord
+			g := ids[ord-1]
+			b = &groupBuilder{kind: p.name, txid: g.txid, key: e.Key, lane: p.lane(e.Key), late: late}
+		}
+		b.add(&e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read transaction groups: %w", err)
+	}
+	flush()
+	return out, nil
+}
+
+// groupBuilder cuts one group into parts as its events are read.
+type groupBuilder struct {
+	kind, txid, key, lane string
+	late                  bool
+
+	parts []unit
+	cur   *bytes.Buffer // the part being filled: its JSON up to the events
+	n     int           // events in cur
+}
+
+func (b *groupBuilder) add(e *event) {
+	enc, err := json.Marshal(e.Event)
+	if err != nil {
+		// An event Go cannot encode is a part of its own, so it alone
+		// fails (and becomes the dead letter), never its neighbours.
+		b.close()
+		b.start(e.GlobalSequence)
+		b.parts[len(b.parts)-1].args = groupPart{kind: b.kind,
+			err: fmt.Errorf("encode event %d of transaction %s: %w", e.GlobalSequence, b.txid, err)}
+		b.cur = nil
+		return
+	}
+	if b.cur != nil && (b.n >= groupPartMaxEvents || b.cur.Len()+len(enc) > groupPartMaxBytes) {
+		b.close()
+	}
+	if b.cur == nil {
+		b.start(e.GlobalSequence)
+	} else {
+		b.cur.WriteByte(',')
+	}
+	b.cur.Write(enc)
+	b.n++
+}
+
+// start opens a part whose first event is seq.
+func (b *groupBuilder) start(seq int64) {
+	b.cur = &bytes.Buffer{}
+	b.n = 0
+	b.cur.WriteString(`{"global_sequence":`)
+	b.cur.WriteString(strconv.FormatInt(seq, 10))
+	b.cur.WriteString(`,"transaction_id":`)
+	writeJSONString(b.cur, b.txid)
+	b.cur.WriteString(`,"key":`)
+	writeJSONString(b.cur, b.key)
+	if b.late {
+		b.cur.WriteString(`,"late":true`)
+	}
+	b.cur.WriteString(`,"events":[`)
+	b.parts = append(b.parts, unit{first: seq, lane: b.lane, late: b.late})
+}
+
+// close ends the events of the part being filled.
+func (b *groupBuilder) close() {
+	if b.cur == nil {
+		return
+	}
+	b.cur.WriteByte(']')
+	b.parts[len(b.parts)-1].args = groupPart{kind: b.kind, json: b.cur.Bytes()}
+	b.cur = nil
+}
+
+// finish numbers the parts and returns them in order.
+func (b *groupBuilder) finish() []unit {
+	b.close()
+	n := strconv.Itoa(len(b.parts))
+	for i := range b.parts {
+		a := b.parts[i].args.(groupPart)
+		if a.err == nil {
+			a.json = append(a.json, `,"part":`+strconv.Itoa(i+1)+`,"parts":`+n+`}`...)
+		}
+		b.parts[i].args = a
+	}
+	return b.parts
+}
+
+func writeJSONString(buf *bytes.Buffer, s string) {
+	enc, _ := json.Marshal(s) // a string always encodes
+	buf.Write(enc)
+}
