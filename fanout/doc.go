@@ -25,6 +25,9 @@
 //
 // A pool is a named consumer group (CreatePool): its name is the River job
 // kind, and every event matching its type and tag filters becomes one job.
+// A transaction-grouped pool (GroupTransaction) gets one job per
+// application transaction instead, holding its matching events after the
+// pool's start point, cut into parts when it is very large (group.go).
 //
 // # Fan-out
 //

@@ -323,3 +323,45 @@ func TestGroupParts(t *testing.T) {
 		}
 	}
 }
+
+// A pool switched to transaction groups while its cursor is inside a
+// transaction gets the rest of that transaction as a group: the events it
+// had delivered one by one are not delivered again, and none is skipped.
+func TestGroupUpdateInsideTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "switch"})
+	f := newFanout(t, b.db, fanout.Config{BatchSize: 3})
+	tx, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	var seqs []int64
+	for range 7 {
+		seqs = append(seqs, appendKeyed(t, tx, "A"))
+	}
+	require.NoError(t, tx.Commit(ctx))
+	eventually(t, 10*time.Second, "first batch", func() bool {
+		pass(t, f)
+		p, err := fanout.GetPool(ctx, b.db, "switch")
+		require.NoError(t, err)
+		return p.Cursor > 0
+	})
+	p, err := fanout.GetPool(ctx, b.db, "switch")
+	require.NoError(t, err)
+	require.Equal(t, seqs[2], p.Cursor, "one batch of three events")
+	_, _, err = fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "switch", Grouping: fanout.GroupTransaction, Update: true})
+	require.NoError(t, err)
+	passUntilCaughtUp(t, b.db, f)
+
+	rows, err := b.db.Query(ctx, `SELECT args FROM river_job WHERE kind = 'switch' ORDER BY id`)
+	require.NoError(t, err)
+	all, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
+	require.NoError(t, err)
+	require.Len(t, all, 4, "three events one by one, then one group")
+	g := groupJobs(t, b.db, "switch")[3]
+	var got []int64
+	for _, e := range g.Events {
+		got = append(got, e.GlobalSequence)
+	}
+	require.Equal(t, seqs[3:], got)
+}

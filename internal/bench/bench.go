@@ -123,6 +123,7 @@ var scenarios = []scenario{
 	{"rollback-gap", runRollbackGap},
 	{"backlog", runBacklog},
 	{"ordered-vs-unordered", runOrdered},
+	{"big-transaction", runBigTx},
 }
 
 // ScenarioNames returns the names Opts.Scenarios accepts, in the order Run

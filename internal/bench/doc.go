@@ -23,6 +23,11 @@
 //     pool unordered (fan-out and drain throughput; here the baseline column
 //     is the unordered pool). Skipped while fanout.PoolParams has no
 //     Ordering field.
+//   - big-transaction: one transaction of 100k events committed while
+//     fanout.Run runs; the time until each kind of pool (plain, key-ordered,
+//     grouped, grouped by key) has delivered it, each kind alone and all
+//     four together. No target: it shows that a pool's cost is linear in
+//     the transaction's size and that no pool waits for another.
 //
 // # Method
 //
