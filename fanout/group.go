@@ -16,8 +16,8 @@ import (
 //
 // A transaction-grouped pool receives, per application transaction (and
 // key, in a key-ordered pool), the matching events above the pool's start
-// point (riverbus_pool.group_floor: where it was created from or last reset
-// to), in sequence order. A group is emitted by the batch that reads its
+// point (riverbus_pool_start: where it was created from or last reset to),
+// in sequence order. A group is emitted by the batch that reads its
 // first such event, whole, including events the horizon has not passed yet
 // (they are committed with it); the batches that meet the rest of it skip
 // them. "Already emitted" is an index probe: does the pool have a matching

@@ -310,6 +310,9 @@ func CreatePool(ctx context.Context, db DB, params PoolParams) (*Pool, bool, err
 		}
 		if len(inserted) == 1 {
 			pool, created = inserted[0], true
+			if _, err := tx.Exec(ctx, sqlPoolStartSet, params.Name, startAfter); err != nil {
+				return fmt.Errorf("record start point: %w", err)
+			}
 			return nil
 		}
 		existing, err := getPool(ctx, tx, params.Name, true)
@@ -327,12 +330,27 @@ func CreatePool(ctx context.Context, db DB, params PoolParams) (*Pool, bool, err
 		}
 		pool, err = collectOne(tx.Query(ctx, sqlPoolUpdate, params.Name, params.Queue, params.EventTypes, params.Tags,
 			params.MaxAttempts, params.Priority, params.Ordering, params.OnDeadLetter, params.Grouping))
-		return err
+		if err != nil {
+			return err
+		}
+		if !sameDelivery(existing, &params) {
+			if _, err := tx.Exec(ctx, sqlPoolStartSet, params.Name, nil); err != nil {
+				return fmt.Errorf("record start point: %w", err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("create pool %q: %w", params.Name, err)
 	}
 	return pool, created, nil
+}
+
+// sameDelivery reports whether params change nothing of what the pool
+// receives and how it is cut into jobs: its filter, ordering and grouping.
+func sameDelivery(p *Pool, params *PoolParams) bool {
+	return slices.Equal(p.EventTypes, params.EventTypes) && slices.Equal(p.Tags, params.Tags) &&
+		p.Ordering == params.Ordering && p.Grouping == params.Grouping
 }
 
 func sameSettings(p *Pool, params *PoolParams) bool {
@@ -484,6 +502,9 @@ func ResetPool(ctx context.Context, db DB, name string, to int64) (*Pool, error)
 			return err
 		}
 		if _, err := tx.Exec(ctx, sqlPoolReset, name, to); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlPoolStartSet, name, to); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, sqlCheckpointReset, name, to); err != nil {

@@ -11,8 +11,8 @@ const (
 	sqlLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
 
 	sqlPoolInsert = `INSERT INTO riverbus_pool (name, queue, event_types, tags, max_attempts, priority, start_after, cursor_seq,
-	group_floor, ordering, on_dead_letter, grouping)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7, $8, $9, $10)
+	ordering, on_dead_letter, grouping)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)
 ON CONFLICT (name) DO NOTHING
 RETURNING ` + poolColumns
 
@@ -20,17 +20,20 @@ RETURNING ` + poolColumns
 	sqlPoolGetForUpdate = sqlPoolGet + ` FOR NO KEY UPDATE`
 	sqlPoolList         = `SELECT ` + poolColumns + ` FROM riverbus_pool ORDER BY name`
 
-	// A change of what the pool receives (filter, ordering, grouping)
-	// starts transaction groups afresh at the cursor (group.go): the rest
-	// of a transaction the cursor is inside is delivered as a new group,
-	// even if some of it was in a group of the old settings. Otherwise the
-	// old settings' answer to "was this group delivered?" could skip events
-	// the old group never held.
 	sqlPoolUpdate = `UPDATE riverbus_pool SET queue = $2, event_types = $3, tags = $4, max_attempts = $5, priority = $6,
-	ordering = $7, on_dead_letter = $8, grouping = $9, updated_at = now(),
-	group_floor = CASE WHEN (event_types, tags, ordering, grouping) IS DISTINCT FROM ($3, $4, $7, $9)
-		THEN cursor_seq ELSE group_floor END
+	ordering = $7, on_dead_letter = $8, grouping = $9, updated_at = now()
 WHERE name = $1 RETURNING ` + poolColumns
+
+	// Where the pool's delivery (re)starts, for transaction groups
+	// (group.go): $2 on create and reset. On an update that changes what
+	// the pool receives (filter, ordering, grouping), $2 is NULL: the
+	// cursor. The rest of a transaction the cursor is inside is then
+	// delivered as a new group, even if a group of the old settings held
+	// some of it: the old settings' answer to "was this group delivered?"
+	// could skip events the old group never held.
+	sqlPoolStartSet = `INSERT INTO riverbus_pool_start (pool, group_floor)
+SELECT name, coalesce($2, cursor_seq) FROM riverbus_pool WHERE name = $1
+ON CONFLICT (pool) DO UPDATE SET group_floor = EXCLUDED.group_floor, updated_at = now()`
 
 	sqlPoolSetStatus = `UPDATE riverbus_pool SET status = $2, updated_at = now() WHERE name = $1 RETURNING ` + poolColumns
 
@@ -39,10 +42,7 @@ WHERE name = $1 RETURNING ` + poolColumns
 	sqlRiverQueueEnsure = `INSERT INTO river_queue (name, created_at, metadata, updated_at) VALUES ($1, now(), '{}', now())
 ON CONFLICT (name) DO NOTHING`
 
-	// start_after only goes down (late events below it stay awaited from
-	// the pool); group_floor is the reset point itself.
-	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), group_floor = $2,
-	updated_at = now() WHERE name = $1`
+	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), updated_at = now() WHERE name = $1`
 
 	sqlCheckpointReset = `INSERT INTO riverbus_pool_checkpoint (pool, checkpoint_seq) VALUES ($1, $2)
 ON CONFLICT (pool) DO UPDATE SET checkpoint_seq = EXCLUDED.checkpoint_seq, updated_at = now()`
@@ -388,13 +388,17 @@ SELECT $1, s FROM unnest($2::bigint[]) AS s ON CONFLICT DO NOTHING`
 	// batches of one transaction it reads each event at most once; the read
 	// never sorts what one index scan returns in order.
 
-	sqlPoolGroupFloor = `SELECT coalesce(group_floor, start_after) FROM riverbus_pool WHERE name = $1`
+	// The pool's start point (no riverbus_pool_start row: start_after).
+	sqlPoolGroupFloor = `SELECT ` + poolGroupFloor
+
+	poolGroupFloor = `coalesce((SELECT group_floor FROM riverbus_pool_start WHERE pool = $1),
+	(SELECT start_after FROM riverbus_pool WHERE name = $1))`
 
 	// One group per transaction ($4 transaction ids, $5 firsts).
 	sqlTransactionGroups = `WITH g AS MATERIALIZED (
 	SELECT u.ord, u.txid::xid8 AS txid, u.first
 	FROM unnest($4::text[], $5::bigint[]) WITH ORDINALITY AS u(txid, first, ord),
-		(SELECT coalesce(group_floor, start_after) AS floor FROM riverbus_pool WHERE name = $1) p
+		(SELECT ` + poolGroupFloor + ` AS floor) p
 	WHERE (
 		SELECT 1 FROM (
 			SELECT e.tags, e.type FROM riverbus_event e
@@ -428,7 +432,7 @@ ORDER BY g.ord, e.global_sequence`
 	FROM unnest($4::text[], $5::text[], $6::bigint[]) WITH ORDINALITY AS u(txid, key, first, ord)
 ),
 g AS MATERIALIZED (
-	SELECT u.* FROM u, (SELECT coalesce(group_floor, start_after) AS floor FROM riverbus_pool WHERE name = $1) p
+	SELECT u.* FROM u, (SELECT ` + poolGroupFloor + ` AS floor) p
 	WHERE (
 		SELECT 1 FROM (
 			SELECT e.transaction_id, e.tags, e.type FROM riverbus_event e

@@ -176,6 +176,7 @@ func TestRolesGrants(t *testing.T) {
 			"riverbus_pool_checkpoint":       "INSERT,SELECT,UPDATE",
 			"riverbus_late":                  "DELETE,INSERT,SELECT",
 			"riverbus_pool_late":             "DELETE,INSERT,SELECT",
+			"riverbus_pool_start":            "INSERT,SELECT,UPDATE",
 			"riverbus_skipped":               "DELETE,INSERT,SELECT",
 		},
 	}
