@@ -102,57 +102,76 @@ func (f *Fanout) groupUnits(ctx context.Context, tx pgx.Tx, p *lockedPool, event
 	for i, id := range ids {
 		txids[i] = id.txid
 	}
-	var rows pgx.Rows
-	var err error
+	sql, args := sqlTransactionGroups, []any{p.name, p.tags, p.eventTypes, txids, firsts}
 	if byKey {
 		keys := make([]string, len(ids))
 		for i, id := range ids {
 			keys[i] = id.key
 		}
-		rows, err = tx.Query(ctx, sqlTransactionKeyGroups, p.name, p.tags, p.eventTypes, txids, keys, firsts)
-	} else {
-		rows, err = tx.Query(ctx, sqlTransactionGroups, p.name, p.tags, p.eventTypes, txids, firsts)
+		sql, args = sqlTransactionKeyGroups, []any{p.name, p.tags, p.eventTypes, txids, keys, firsts}
+	}
+	// Without bitmap scans for this statement only (queries.go says why),
+	// in one round trip.
+	b := &pgx.Batch{}
+	b.Queue(sqlBitmapScanOff)
+	b.Queue(sql, args...)
+	b.Queue(sqlBitmapScanRestore)
+	br := tx.SendBatch(ctx, b)
+	out, err := readGroups(br, p, ids, late)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read transaction groups: %w", err)
 	}
-	defer rows.Close()
+	return out, nil
+}
 
+// readGroups reads the group statement's results and cuts each group into
+// parts as its rows arrive.
+func readGroups(br pgx.BatchResults, p *lockedPool, ids []groupID, late bool) ([]unit, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
 	var (
 		out  []unit
 		b    *groupBuilder
 		prev int64 = -1
 	)
-	flush := func() {
-		if b != nil {
-			out = append(out, b.finish()...)
-			b = nil
-		}
-	}
 	for rows.Next() {
 		var ord int64
 		var e event
 		var data, metadata []byte
 		var id uuid.UUID
 		if err := rows.Scan(&ord, &e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt, &e.txid); err != nil {
-			return nil, fmt.Errorf("read transaction groups: %w", err)
+			return nil, err
 		}
 		e.EventID = id
 		e.Data = json.RawMessage(data)
 		e.Metadata = json.RawMessage(metadata)
 		if ord != prev {
-			flush()
+			if b != nil {
+				out = append(out, b.finish()...)
+			}
 			prev = ord
-			g := ids[ord-1]
-			b = &groupBuilder{kind: p.name, txid: g.txid, key: e.Key, lane: p.lane(e.Key), late: late}
+			b = &groupBuilder{kind: p.name, txid: ids[ord-1].txid, key: e.Key, lane: p.lane(e.Key), late: late}
 		}
 		b.add(&e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read transaction groups: %w", err)
+		return nil, err
 	}
-	flush()
-	return out, nil
+	rows.Close()
+	if b != nil {
+		out = append(out, b.finish()...)
+	}
+	_, err = br.Exec()
+	return out, err
 }
 
 // groupBuilder cuts one group into parts as its events are read.

@@ -376,17 +376,30 @@ SELECT $1, s FROM unnest($2::bigint[]) AS s ON CONFLICT DO NOTHING`
 	//
 	// A group is new unless the pool has a matching event of it in
 	// (floor, first): in that case a batch at or before that event (or the
-	// late path) delivered it. Only such new groups are read, from first
-	// on: each transaction is read once however many batches it spans.
+	// late path) delivered it. Only new groups are read, from first on:
+	// each transaction is read once however many batches it spans.
 	//
-	// Both the probe and the read go through an index chosen by the query,
-	// not the planner: the inner subqueries (fenced by OFFSET 0, so the
-	// filter stays outside them) can only use the (transaction_id,
-	// global_sequence) index or, per key, the (key, global_sequence) one,
-	// through row comparisons that no other index serves. The probe scans
-	// backwards from first and stops at its first match, so across the
-	// batches of one transaction it reads each event at most once; the read
-	// never sorts what one index scan returns in order.
+	// The probe must run as an index scan backwards from first that stops
+	// at its first match: across the batches of one transaction it then
+	// reads each event at most once. So it is a scalar subquery (run per
+	// group, never turned into a join over the whole table) with a LIMIT 1
+	// on the scan itself, under enable_bitmapscan off (sqlBitmapScanOff: a
+	// bitmap, then a sort, would read the whole range), and it gives the
+	// planner one good index: (transaction_id, global_sequence), or per key
+	// (key, global_sequence), an equality and a range on its two columns.
+	// The filters are written so that no index can take them (an OR with a
+	// parameter-only arm; the transaction id compared as text in the key
+	// form): through the type, tag or transaction index, a probe would scan
+	// every event of the type, tag or transaction instead.
+	sqlGroupFilter = `(cardinality($2::text[]) = 0 OR e.tags @> $2) AND (cardinality($3::text[]) = 0 OR e.type = ANY($3))`
+
+	// Bitmap scans off for the group statement: with its row estimates the
+	// planner would take one (and a sort) for the probe, which then reads
+	// the whole range instead of stopping at the first match. The setting
+	// is put back after the statement (riverbus.bitmapscan keeps it).
+	sqlBitmapScanOff = `SELECT set_config('riverbus.bitmapscan', current_setting('enable_bitmapscan'), true),
+	set_config('enable_bitmapscan', 'off', true)`
+	sqlBitmapScanRestore = `SELECT set_config('enable_bitmapscan', current_setting('riverbus.bitmapscan'), true)`
 
 	// The pool's start point (no riverbus_pool_start row: start_after).
 	sqlPoolGroupFloor = `SELECT ` + poolGroupFloor
@@ -400,25 +413,18 @@ SELECT $1, s FROM unnest($2::bigint[]) AS s ON CONFLICT DO NOTHING`
 	FROM unnest($4::text[], $5::bigint[]) WITH ORDINALITY AS u(txid, first, ord),
 		(SELECT ` + poolGroupFloor + ` AS floor) p
 	WHERE (
-		SELECT 1 FROM (
-			SELECT e.tags, e.type FROM riverbus_event e
-			WHERE e.transaction_id = u.txid::xid8
-				AND (e.transaction_id, e.global_sequence) > (u.txid::xid8, p.floor)
-				AND (e.transaction_id, e.global_sequence) < (u.txid::xid8, u.first)
-			ORDER BY e.transaction_id DESC, e.global_sequence DESC
-			OFFSET 0
-		) x
-		WHERE x.tags @> $2 AND (cardinality($3::text[]) = 0 OR x.type = ANY($3))
+		SELECT 1 FROM riverbus_event e
+		WHERE e.transaction_id = u.txid::xid8 AND e.global_sequence > p.floor AND e.global_sequence < u.first
+			AND ` + sqlGroupFilter + `
+		ORDER BY e.transaction_id DESC, e.global_sequence DESC
 		LIMIT 1) IS NULL
 )
 SELECT g.ord, ` + eventColumns + `
 FROM g CROSS JOIN LATERAL (
 	SELECT * FROM riverbus_event e
-	WHERE e.transaction_id = g.txid AND (e.transaction_id, e.global_sequence) >= (g.txid, g.first)
+	WHERE e.transaction_id = g.txid AND e.global_sequence >= g.first AND ` + sqlGroupFilter + `
 	ORDER BY e.transaction_id, e.global_sequence
-	OFFSET 0
 ) e
-WHERE e.tags @> $2 AND (cardinality($3::text[]) = 0 OR e.type = ANY($3))
 ORDER BY g.ord, e.global_sequence`
 
 	// One group per transaction and key, for key-ordered pools ($4
@@ -426,33 +432,27 @@ ORDER BY g.ord, e.global_sequence`
 	// to the transaction's span, so a transaction of many keys is not read
 	// once per key.
 	sqlTransactionKeyGroups = `WITH u AS MATERIALIZED (
-	SELECT u.ord, u.txid::xid8 AS txid, u.key, u.first,
+	SELECT u.ord, u.txid, u.key, u.first,
 		(SELECT min(t.global_sequence) FROM riverbus_event t WHERE t.transaction_id = u.txid::xid8) AS tx_first,
 		(SELECT max(t.global_sequence) FROM riverbus_event t WHERE t.transaction_id = u.txid::xid8) AS tx_last
 	FROM unnest($4::text[], $5::text[], $6::bigint[]) WITH ORDINALITY AS u(txid, key, first, ord)
 ),
 g AS MATERIALIZED (
 	SELECT u.* FROM u, (SELECT ` + poolGroupFloor + ` AS floor) p
-	WHERE (
-		SELECT 1 FROM (
-			SELECT e.transaction_id, e.tags, e.type FROM riverbus_event e
-			WHERE e.key = u.key
-				AND (e.key, e.global_sequence) > (u.key, GREATEST(p.floor, u.tx_first - 1))
-				AND (e.key, e.global_sequence) < (u.key, u.first)
-			ORDER BY e.key DESC, e.global_sequence DESC
-			OFFSET 0
-		) x
-		WHERE x.transaction_id = u.txid AND x.tags @> $2 AND (cardinality($3::text[]) = 0 OR x.type = ANY($3))
+	WHERE u.tx_first >= u.first OR (
+		SELECT 1 FROM riverbus_event e
+		WHERE e.key = u.key AND e.global_sequence > GREATEST(p.floor, u.tx_first - 1) AND e.global_sequence < u.first
+			AND e.transaction_id::text = u.txid AND ` + sqlGroupFilter + `
+		ORDER BY e.key DESC, e.global_sequence DESC
 		LIMIT 1) IS NULL
 )
 SELECT g.ord, ` + eventColumns + `
 FROM g CROSS JOIN LATERAL (
 	SELECT * FROM riverbus_event e
-	WHERE e.key = g.key AND (e.key, e.global_sequence) >= (g.key, g.first) AND (e.key, e.global_sequence) <= (g.key, g.tx_last)
+	WHERE e.key = g.key AND e.global_sequence >= g.first AND e.global_sequence <= g.tx_last
+		AND e.transaction_id::text = g.txid AND ` + sqlGroupFilter + `
 	ORDER BY e.key, e.global_sequence
-	OFFSET 0
 ) e
-WHERE e.transaction_id = g.txid AND e.tags @> $2 AND (cardinality($3::text[]) = 0 OR e.type = ANY($3))
 ORDER BY g.ord, e.global_sequence`
 
 	// Exclusive locks on the buckets of a batch's lanes, all or none: row
