@@ -48,18 +48,35 @@ var (
 // JSON only. workers.GroupArgs decodes it:
 //
 //	{"global_sequence": first event's, "transaction_id", "key",
-//	 "events": [...], "late": true (if late), "part": 1.., "parts": n}
+//	 "late": true (if late), "events": [...], "part": 1.., "parts": n}
 type groupPart struct {
 	kind string
 	json []byte
 	// err is why the part cannot be encoded (an event Go's encoder
-	// refuses); it is returned when River encodes the args.
+	// refuses); it is returned when the args are encoded.
 	err error
+
+	// What the JSON says, but the events: for whatever must describe the
+	// part without its payload (a dead letter of it, say).
+	txid, key   string
+	late        bool
+	part, parts int
+	sequences   []int64 // its events', in order
 }
 
 func (a groupPart) Kind() string { return a.kind }
 
 func (a groupPart) MarshalJSON() ([]byte, error) { return a.json, a.err }
+
+// header is the part's envelope without its events.
+func (a groupPart) header() map[string]any {
+	h := map[string]any{"global_sequence": a.sequences[0], "transaction_id": a.txid, "key": a.key,
+		"part": a.part, "parts": a.parts}
+	if a.late {
+		h["late"] = true
+	}
+	return h
+}
 
 // groupID is a group: a transaction, and a key in a key-ordered pool.
 type groupID struct{ txid, key string }
@@ -179,9 +196,8 @@ type groupBuilder struct {
 	kind, txid, key, lane string
 	late                  bool
 
-	parts []unit
-	cur   *bytes.Buffer // the part being filled: its JSON up to the events
-	n     int           // events in cur
+	parts []*groupPart
+	cur   *bytes.Buffer // the JSON of the part being filled, up to its events
 }
 
 func (b *groupBuilder) add(e *event) {
@@ -191,27 +207,28 @@ func (b *groupBuilder) add(e *event) {
 		// fails (and becomes the dead letter), never its neighbours.
 		b.close()
 		b.start(e.GlobalSequence)
-		b.parts[len(b.parts)-1].args = groupPart{kind: b.kind,
-			err: fmt.Errorf("encode event %d of transaction %s: %w", e.GlobalSequence, b.txid, err)}
 		b.cur = nil
+		b.parts[len(b.parts)-1].err = fmt.Errorf("encode event %d of transaction %s: %w", e.GlobalSequence, b.txid, err)
 		return
 	}
-	if b.cur != nil && (b.n >= groupPartMaxEvents || b.cur.Len()+len(enc) > groupPartMaxBytes) {
-		b.close()
+	if b.cur != nil {
+		if n := len(b.parts[len(b.parts)-1].sequences); n >= groupPartMaxEvents || b.cur.Len()+len(enc) > groupPartMaxBytes {
+			b.close()
+		}
 	}
 	if b.cur == nil {
 		b.start(e.GlobalSequence)
 	} else {
 		b.cur.WriteByte(',')
+		last := b.parts[len(b.parts)-1]
+		last.sequences = append(last.sequences, e.GlobalSequence)
 	}
 	b.cur.Write(enc)
-	b.n++
 }
 
 // start opens a part whose first event is seq.
 func (b *groupBuilder) start(seq int64) {
 	b.cur = &bytes.Buffer{}
-	b.n = 0
 	b.cur.WriteString(`{"global_sequence":`)
 	b.cur.WriteString(strconv.FormatInt(seq, 10))
 	b.cur.WriteString(`,"transaction_id":`)
@@ -222,7 +239,7 @@ func (b *groupBuilder) start(seq int64) {
 		b.cur.WriteString(`,"late":true`)
 	}
 	b.cur.WriteString(`,"events":[`)
-	b.parts = append(b.parts, unit{first: seq, lane: b.lane, late: b.late})
+	b.parts = append(b.parts, &groupPart{kind: b.kind, txid: b.txid, key: b.key, late: b.late, sequences: []int64{seq}})
 }
 
 // close ends the events of the part being filled.
@@ -231,22 +248,25 @@ func (b *groupBuilder) close() {
 		return
 	}
 	b.cur.WriteByte(']')
-	b.parts[len(b.parts)-1].args = groupPart{kind: b.kind, json: b.cur.Bytes()}
+	b.parts[len(b.parts)-1].json = b.cur.Bytes()
 	b.cur = nil
 }
 
-// finish numbers the parts and returns them in order.
+// finish numbers the parts and returns their units, in order.
 func (b *groupBuilder) finish() []unit {
 	b.close()
 	n := strconv.Itoa(len(b.parts))
-	for i := range b.parts {
-		a := b.parts[i].args.(groupPart)
+	units := make([]unit, len(b.parts))
+	for i, a := range b.parts {
+		a.part, a.parts = i+1, len(b.parts)
 		if a.err == nil {
-			a.json = append(a.json, `,"part":`+strconv.Itoa(i+1)+`,"parts":`+n+`}`...)
+			a.json = append(a.json, `,"part":`+strconv.Itoa(a.part)+`,"parts":`+n+`}`...)
+		} else {
+			a.json = nil
 		}
-		b.parts[i].args = a
+		units[i] = unit{args: *a, first: a.sequences[0], lane: b.lane, late: b.late}
 	}
-	return b.parts
+	return units
 }
 
 func writeJSONString(buf *bytes.Buffer, s string) {

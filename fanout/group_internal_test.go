@@ -32,6 +32,11 @@ func TestGroupBuilderIsolatesUnencodableEvent(t *testing.T) {
 		Events         []map[string]any `json:"events"`
 		Part, Parts    int
 	}
+	for i, want := range [][]int64{{1}, {2}, {3, 4}} {
+		g := units[i].args.(groupPart)
+		require.Equal(t, want, g.sequences)
+		require.Equal(t, map[string]any{"global_sequence": want[0], "transaction_id": "42", "key": "k", "part": i + 1, "parts": 3}, g.header())
+	}
 	for i, want := range []int{1, 0, 2} {
 		enc, err := json.Marshal(units[i].args)
 		if want == 0 {
