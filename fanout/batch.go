@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -120,11 +119,18 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 				return fmt.Errorf("read late events: %w", err)
 			}
 			if len(late) > 0 {
+				// A late event at or below the pool's start point (a reset
+				// forward past it, say) is not the pool's: it is recorded as
+				// handled, not delivered.
+				var start int64
+				if err := tx.QueryRow(ctx, sqlPoolGroupFloor, name).Scan(&start); err != nil {
+					return fmt.Errorf("read start point: %w", err)
+				}
 				seqs := make([]int64, len(late))
 				var matching []event
 				for i, e := range late {
 					seqs[i] = e.GlobalSequence
-					if p.matches(e.Event) {
+					if e.GlobalSequence > start && p.matches(e.Event) {
 						matching = append(matching, e)
 					}
 				}

@@ -380,6 +380,41 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	require.Equal(t, int64(1), f.Stats().LateDelivered["pa"])
 }
 
+// A pool reset forward past a skipped sequence does not get it when it
+// commits late: it is before the pool's start point. A pool that was not
+// reset does. The late record is retired all the same.
+func TestLateEventBeforeResetPointNotDelivered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, fanout.PoolParams{Name: "kept"})
+	createPool(t, b.db, fanout.PoolParams{Name: "moved"})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
+	runFanout(t, f)
+
+	txA, n := openWriter(t, b.db)
+	after := appendEvent(t, b.db, "after")
+	eventually(t, 10*time.Second, "gap skipped and later event delivered", func() bool {
+		ck, _ := jobs(t, b.db, "kept")
+		cm, _ := jobs(t, b.db, "moved")
+		return ck[after] == 1 && cm[after] == 1
+	})
+	_, err := fanout.ResetPool(ctx, b.db, "moved", after)
+	require.NoError(t, err)
+	require.NoError(t, txA.Commit(ctx))
+	eventually(t, 10*time.Second, "late event delivered to the pool that kept its start", func() bool {
+		ck, _ := jobs(t, b.db, "kept")
+		return ck[n] == 1
+	})
+	eventually(t, 10*time.Second, "late record retired", func() bool {
+		var left int
+		require.NoError(t, b.db.QueryRow(ctx, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)").Scan(&left))
+		return left == 0
+	})
+	cm, _ := jobs(t, b.db, "moved")
+	require.Equal(t, map[int64]int{after: 1}, cm, "the reset pool starts after %d", after)
+}
+
 // Three Fanout instances, 50 writers x 20 events with random commit delays
 // and 10% rollbacks: every committed event becomes exactly one job per
 // matching pool, and no rolled-back one does.

@@ -294,12 +294,11 @@ func stubArgs(u unit, reason string) (map[string]any, error) {
 	case jobArgs:
 		a.Data, a.Metadata = nil, nil
 		shell = a
-	case groupArgs:
-		for _, e := range a.Events {
-			seqs = append(seqs, e.GlobalSequence)
-		}
-		a.Events = nil
-		shell = a
+	case groupPart:
+		// A part's header says everything but its events, which the stub
+		// names by their sequences.
+		seqs = a.sequences
+		shell = a.header()
 	default:
 		return nil, fmt.Errorf("unexpected job args %T", u.args)
 	}

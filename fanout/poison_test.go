@@ -44,7 +44,7 @@ func appendDeep(t *testing.T, db *pgxpool.Pool, key string, inMetadata bool) int
 	return seq
 }
 
-func appendKeyed(t *testing.T, db *pgxpool.Pool, key string) int64 {
+func appendOK(t *testing.T, db *pgxpool.Pool, key string) int64 {
 	t.Helper()
 	var seq int64
 	require.NoError(t, db.QueryRow(context.Background(),
@@ -117,14 +117,14 @@ func TestDeepEventBecomesDeadLetter(t *testing.T) {
 	createPool(t, b.db, fanout.PoolParams{Name: "other", EventTypes: []string{"ok"}})
 	f := newFanout(t, b.db, fanout.Config{})
 
-	first := appendKeyed(t, b.db, "a")
+	first := appendOK(t, b.db, "a")
 	drain(t, f)
 	require.True(t, f.UsesPlainPath("plain"), "the next batch of pool plain takes the plain path")
 
 	deepData := appendDeep(t, b.db, "b", false)
-	sameKey := appendKeyed(t, b.db, "b")
+	sameKey := appendOK(t, b.db, "b")
 	deepMeta := appendDeep(t, b.db, "c", true)
-	otherKey := appendKeyed(t, b.db, "d")
+	otherKey := appendOK(t, b.db, "d")
 	drain(t, f)
 
 	for _, pool := range []string{"plain", "keyed-block", "keyed-release"} {
@@ -159,7 +159,7 @@ func TestDeepEventBecomesDeadLetter(t *testing.T) {
 	require.Zero(t, f.Stats().Undeliverable["other"])
 
 	// Later events go on, on the plain path too.
-	next := appendKeyed(t, b.db, "e")
+	next := appendOK(t, b.db, "e")
 	drain(t, f)
 	for _, pool := range []string{"plain", "keyed-block", "keyed-release", "other"} {
 		require.Equal(t, "available", jobStates(t, b.db, pool)[next].state, pool)
@@ -174,11 +174,11 @@ func TestOversizedEnvelopeBecomesDeadLetter(t *testing.T) {
 	createPool(t, b.db, fanout.PoolParams{Name: "plain"})
 	createPool(t, b.db, fanout.PoolParams{Name: "keyed", Ordering: fanout.OrderingKey})
 	f := newFanout(t, b.db, fanout.Config{})
-	before := appendKeyed(t, b.db, "a")
+	before := appendOK(t, b.db, "a")
 	var big int64
 	require.NoError(t, b.db.QueryRow(context.Background(),
 		`INSERT INTO riverbus_event (type, key, data) VALUES ('big', 'a', jsonb_build_object('s', repeat('x', 5000))) RETURNING global_sequence`).Scan(&big))
-	after := appendKeyed(t, b.db, "a")
+	after := appendOK(t, b.db, "a")
 	drain(t, f)
 	for _, pool := range []string{"plain", "keyed"} {
 		jobs := jobStates(t, b.db, pool)
@@ -204,11 +204,11 @@ func TestEnvelopeOverJSONBLimitBecomesDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	createPool(t, b.db, fanout.PoolParams{Name: "plain"})
 	f := newFanout(t, b.db, fanout.Config{})
-	before := appendKeyed(t, b.db, "a")
+	before := appendOK(t, b.db, "a")
 	var big int64
 	require.NoError(t, b.db.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data, metadata)
 		VALUES ('big', 'a', to_jsonb(repeat('x', 140000000)), jsonb_build_object('s', repeat('y', 140000000))) RETURNING global_sequence`).Scan(&big))
-	after := appendKeyed(t, b.db, "a")
+	after := appendOK(t, b.db, "a")
 	drain(t, f)
 	jobs := jobStates(t, b.db, "plain")
 	require.Len(t, jobs, 3)
@@ -245,14 +245,14 @@ CREATE TRIGGER test_block_pool BEFORE INSERT ON river_job FOR EACH ROW EXECUTE F
 
 	f := newFanout(t, b.db, fanout.Config{})
 	runFanout(t, f)
-	first := appendKeyed(t, b.db, "a")
+	first := appendOK(t, b.db, "a")
 	eventually(t, 10*time.Second, "the hanging pool's batch waits for the lock", func() bool {
 		var waiting bool
 		require.NoError(t, b.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted)`).Scan(&waiting))
 		return waiting
 	})
 	for range 5 {
-		seq := appendKeyed(t, b.db, "a")
+		seq := appendOK(t, b.db, "a")
 		eventually(t, 10*time.Second, "the healthy pool's job", func() bool {
 			_, ok := jobStates(t, b.db, "healthy")[seq]
 			return ok
@@ -295,11 +295,11 @@ func TestJobsTakeTheDatabaseClock(t *testing.T) {
 			require.True(t, s.Created && s.Scheduled && s.Due, "%s path, pool %s: created_at and scheduled_at are the batch's now()", path, s.Kind)
 		}
 	}
-	appendKeyed(t, b.db, "a")
+	appendOK(t, b.db, "a")
 	drain(t, f)
 	check("general")
 	require.True(t, f.UsesPlainPath("plain"))
-	appendKeyed(t, b.db, "a")
+	appendOK(t, b.db, "a")
 	drain(t, f)
 	check("plain")
 }
