@@ -174,6 +174,35 @@ func TestRiverRetryOfUndeliverableRebuildsEnvelope(t *testing.T) {
 	require.Equal(t, workers.Args{Event: events[0]}, got)
 }
 
+// A retry from River UI or River's client of an undeliverable event nobody
+// repaired is refused: the job stays a dead letter (still listed, still
+// holding a block-mode key), with the refusal in its errors, instead of
+// running a job no worker can decode.
+func TestRiverRetryOfUnrepairedUndeliverableIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "invoices", Ordering: fanout.OrderingKey, OnDeadLetter: fanout.DeadLetterBlock})
+	require.NoError(t, err)
+	appendDeepEvent(t, db)
+	fanOut(t, db)
+	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: discardLogger})
+	require.NoError(t, err)
+	job, err := client.JobRetry(ctx, dls[0].JobID)
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateDiscarded, job.State)
+	require.Contains(t, string(job.EncodedArgs), "undeliverable")
+	require.Contains(t, job.Errors[len(job.Errors)-1].Error, "retry refused")
+	after, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	require.NoError(t, err)
+	require.Len(t, after, 1, "still a dead letter")
+	require.Equal(t, dls[0].JobID, after[0].JobID)
+}
+
 // A transaction group with an undeliverable event is one dead letter naming
 // the group's events; repaired and retried, it runs as the whole group.
 func TestRetryUndeliverableGroup(t *testing.T) {

@@ -44,29 +44,56 @@ DECLARE
   seqs bigint[];
   events jsonb;
   envelope jsonb;
+  still boolean;
 BEGIN
   IF NEW.args ? 'sequences' THEN
     seqs := ARRAY(SELECT jsonb_array_elements_text(NEW.args->'sequences')::bigint);
   ELSE
     seqs := ARRAY[(NEW.args->>'global_sequence')::bigint];
   END IF;
-  events := riverbus_event_envelope(seqs);
-  IF coalesce(jsonb_array_length(events), 0) <> cardinality(seqs) THEN
+  IF (SELECT count(*) FROM riverbus_event WHERE global_sequence = ANY (seqs)) <> cardinality(seqs) THEN
     RAISE EXCEPTION 'riverbus: job % is the dead letter of an undeliverable event whose row is gone from riverbus_event; purge it (riverbus dlq purge %)', NEW.id, NEW.id;
   END IF;
-  -- The stub is the envelope without its payload: whatever else it says
-  -- (late, a group's part) is kept.
-  IF NEW.args ? 'sequences' THEN
-    envelope := (NEW.args - 'undeliverable' - 'sequences') || jsonb_build_object('events', events);
-  ELSE
-    envelope := (NEW.args - 'undeliverable') || (events->0);
+  -- Still undeliverable (nobody repaired the event): the retry is refused
+  -- and the job stays the dead letter it was, with a line in its errors
+  -- saying why, instead of running a job no worker can decode (River would
+  -- retry it with its backoff for days). The depth test is a jsonpath probe
+  -- for an item nested as deep as Go's encoder refuses (10,000 levels, less
+  -- a level of margin); the size test is the fan-out's envelope limit. An
+  -- event too deep for this server's stack to walk is still undeliverable.
+  BEGIN
+    events := riverbus_event_envelope(seqs);
+    -- The stub is the envelope without its payload: whatever else it says
+    -- (late, a group's part) is kept.
+    IF NEW.args ? 'sequences' THEN
+      envelope := (NEW.args - 'undeliverable' - 'sequences') || jsonb_build_object('events', events);
+    ELSE
+      envelope := (NEW.args - 'undeliverable') || (events->0);
+    END IF;
+    still := jsonb_path_exists(envelope, 'lax $.**{9999 to last}') OR octet_length(envelope::text) > 1073741823;
+  EXCEPTION WHEN statement_too_complex THEN
+    still := true;
+  END;
+  IF still THEN
+    NEW.state := 'discarded';
+    NEW.args := OLD.args;
+    NEW.finalized_at := OLD.finalized_at;
+    NEW.scheduled_at := OLD.scheduled_at;
+    NEW.max_attempts := OLD.max_attempts;
+    NEW.errors := coalesce(OLD.errors, '{}') || jsonb_build_object('at', now(), 'attempt', OLD.attempt,
+      'error', 'retry refused: the event is still undeliverable (' || (OLD.args->>'undeliverable') ||
+        '); repair it in riverbus_event, then retry');
+    RETURN NEW;
   END IF;
   NEW.args := envelope;
   RETURN NEW;
 END
 $$;
 
-CREATE TRIGGER riverbus_undeliverable_rebuild BEFORE UPDATE OF state ON river_job
+-- Named to fire before 009's riverbus_job_back_to_work (BEFORE triggers run
+-- in name order): a refused retry leaves the job discarded, so that one
+-- neither removes its dead letter nor puts it back in its lane.
+CREATE TRIGGER riverbus_job_back_rebuild BEFORE UPDATE OF state ON river_job
   FOR EACH ROW WHEN (OLD.state = 'discarded' AND NEW.state <> 'discarded' AND NEW.args ? 'undeliverable')
   EXECUTE FUNCTION riverbus_undeliverable_rebuild();
 
