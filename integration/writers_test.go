@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
-// writerLoad appends events from several goroutines, each event in its own
-// transaction held open for a random time, a share of them rolled back. It
+// writerLoad appends events from several goroutines, one to eventsPerTx
+// events in each transaction, held open for a random time, a share of them
+// rolled back. It
 // tolerates a database that goes away: a failed transaction is simply not
 // counted, and one whose COMMIT failed is checked by event id at the end.
 type writerLoad struct {
@@ -28,8 +30,11 @@ type writerOpts struct {
 	writers, perWriter int
 	rollbackPercent    int
 	maxHold            time.Duration
-	typ                func(i int) string
-	data               func(i int) string
+	// eventsPerTx: each transaction appends 1 to eventsPerTx events in one
+	// statement (0 or 1: one event).
+	eventsPerTx int
+	typ         func(i int) string
+	data        func(i int) string
 }
 
 func startWriters(ctx context.Context, db *pgxpool.Pool, o writerOpts) *writerLoad {
@@ -46,15 +51,26 @@ func startWriters(ctx context.Context, db *pgxpool.Pool, o writerOpts) *writerLo
 			defer w.wg.Done()
 			for i := 0; i < o.perWriter && ctx.Err() == nil; {
 				n := g*o.perWriter + i
-				id := uuid.New()
+				events := 1
+				if o.eventsPerTx > 1 {
+					events = 1 + rand.IntN(o.eventsPerTx)
+				}
+				ids := make([]uuid.UUID, events)
+				for k := range ids {
+					ids[k] = uuid.New()
+				}
 				tx, err := db.Begin(ctx)
 				if err != nil {
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
-				var seq int64
-				err = tx.QueryRow(ctx, `INSERT INTO riverbus_event (event_id, type, key, data) VALUES ($1, $2, $3, $4) RETURNING global_sequence`,
-					id, o.typ(n), "key-"+string(rune('a'+n%20)), o.data(n)).Scan(&seq)
+				rows, err := tx.Query(ctx, `INSERT INTO riverbus_event (event_id, type, key, data)
+					SELECT id, $2, $3, $4::jsonb FROM unnest($1::uuid[]) AS id RETURNING global_sequence`,
+					ids, o.typ(n), "key-"+string(rune('a'+n%20)), o.data(n))
+				var seqs []int64
+				if err == nil {
+					seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+				}
 				if err != nil {
 					_ = tx.Rollback(context.Background())
 					time.Sleep(50 * time.Millisecond)
@@ -74,9 +90,11 @@ func startWriters(ctx context.Context, db *pgxpool.Pool, o writerOpts) *writerLo
 				err = tx.Commit(context.Background())
 				w.mu.Lock()
 				if err == nil {
-					w.committed[seq] = true
+					for _, seq := range seqs {
+						w.committed[seq] = true
+					}
 				} else {
-					w.ambiguous = append(w.ambiguous, id)
+					w.ambiguous = append(w.ambiguous, ids...)
 				}
 				w.mu.Unlock()
 			}
