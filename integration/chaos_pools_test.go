@@ -164,10 +164,14 @@ func (c *chaosPools) check(t *testing.T, ctx context.Context, db *pgxpool.Pool, 
 		var out []chaosDelivery
 		q := `SELECT j.id, (j.args->>'global_sequence')::bigint, true FROM river_job j WHERE j.kind = $1`
 		if grouped {
-			q = `SELECT j.id, (ev->>'global_sequence')::bigint,
-				coalesce(e.transaction_id::text = j.args->>'transaction_id', false)
-				FROM river_job j CROSS JOIN jsonb_array_elements(j.args->'events') AS ev
-				LEFT JOIN riverbus_event e ON e.global_sequence = (ev->>'global_sequence')::bigint
+			// A group's events, or an undeliverable part's sequences.
+			q = `SELECT j.id, s.seq, coalesce(e.transaction_id::text = j.args->>'transaction_id', false)
+				FROM river_job j CROSS JOIN LATERAL (
+					SELECT (ev->>'global_sequence')::bigint AS seq FROM jsonb_array_elements(coalesce(j.args->'events', '[]')) AS ev
+					UNION ALL
+					SELECT x::bigint FROM jsonb_array_elements_text(coalesce(j.args->'sequences', '[]')) AS x
+				) s
+				LEFT JOIN riverbus_event e ON e.global_sequence = s.seq
 				WHERE j.kind = $1`
 		}
 		require.NoError(t, retryFor(10*time.Second, func() error {
@@ -240,7 +244,7 @@ func deadLettersByReason(t *testing.T, ctx context.Context, db *pgxpool.Pool) st
 	var out string
 	require.NoError(t, retryFor(10*time.Second, func() error {
 		return db.QueryRow(ctx, `SELECT coalesce(string_agg(reason || ':' || n, ',' ORDER BY reason), 'none') FROM (
-			SELECT coalesce(nullif(regexp_replace(left(errors->-1->>'error', 40), '[^A-Za-z0-9_.-]+', '_', 'g'), ''), 'unknown') AS reason,
+			SELECT coalesce(nullif(regexp_replace(left(coalesce(args->>'undeliverable', errors->-1->>'error'), 40), '[^A-Za-z0-9_.-]+', '_', 'g'), ''), 'unknown') AS reason,
 				count(*) AS n
 			FROM riverbus_dead_letter GROUP BY 1) s`).Scan(&out)
 	}))

@@ -195,6 +195,7 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, err)
 	}
 	extra := startChaosPools(t, ctx, db)
+	actions := startChaosActions(t, ctx, db)
 	// Instrumentation: record every sequence the horizon marks late (the
 	// fan-out retires riverbus_late rows once every pool has the event).
 	_, err = db.Exec(ctx, `CREATE TABLE chaos_late (sequence bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -394,6 +395,8 @@ func TestChaos(t *testing.T) {
 			}
 		}()
 	}
+	load.wg.Add(1)
+	go actions.preparedWriter(wctx, wdb, &load.wg)
 	writersDone := make(chan struct{})
 	go func() { load.wg.Wait(); close(writersDone) }()
 	var throttledFor time.Duration // written by the back-pressure goroutine until backpressureDone
@@ -436,6 +439,11 @@ func TestChaos(t *testing.T) {
 	// of the run, one of them reset into a transaction at half of it.
 	createPools := time.After(dur / 4)
 	var resetPool <-chan time.Time
+	// Poison and always-failing events, River UI retries, a sequence jump.
+	actTick := time.NewTicker(time.Second)
+	defer actTick.Stop()
+	actN := 0
+	jumpAt := time.After(dur * 3 / 5)
 	progressTick := time.NewTicker(progressEvery)
 	defer progressTick.Stop()
 chaos:
@@ -453,6 +461,16 @@ chaos:
 			t.Logf("%5.1fs PostgreSQL is back", time.Since(began).Seconds())
 		case <-progressTick.C:
 			progress()
+		case <-actTick.C:
+			actCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			actions.act(actCtx, actN)
+			cancel()
+			actN++
+		case <-jumpAt:
+			if err := retryFor(30*time.Second, func() error { return actions.jump(ctx) }); err != nil {
+				t.Errorf("sequence jump: %v", err)
+			}
+			t.Logf("%5.1fs sequence jumped ahead by 1e12", time.Since(began).Seconds())
 		case <-createPools:
 			if err := retryFor(30*time.Second, func() error { return extra.createMidStream(ctx, db) }); err != nil {
 				t.Errorf("create pools mid-stream: %v", err)
@@ -477,6 +495,7 @@ chaos:
 	}
 	chaosKills := kills
 	<-backpressureDone
+	actions.settle(t, ctx, load.committed)
 	committed := load.wait(t, db)
 	t.Logf("%5.1fs writers done: %d events committed, %d rolled back, %d long transactions; draining",
 		time.Since(began).Seconds(), len(committed), load.rolledBack, longStarted)
@@ -635,7 +654,7 @@ chaos:
 			mismatches++ // applied, but never committed
 		}
 	}
-	if d := projected - int64(len(committed)); d != 0 {
+	if d := projected - int64(len(committed)-len(actions.poison)); d != 0 {
 		mismatches += int(max(d, -d))
 	}
 
@@ -710,12 +729,17 @@ chaos:
 	for seq := range committed {
 		for _, pool := range pools {
 			ok := counts[pool][seq] > 0
-			switch pool {
-			case "hooks":
+			switch {
+			case actions.poison[seq] != "":
+				// A dead letter with its reason (checked below), never a
+				// handler's run.
+			case actions.fail[seq] && pool == "ordered":
+				// A dead letter (checked below), retried from River UI.
+			case pool == "hooks":
 				ok = ok && hookDelivered(seq)
-			case "projection":
+			case pool == "projection":
 				ok = ok && applied[seq] > 0
-			case "ordered":
+			case pool == "ordered":
 				ok = ok && okRun[seq]
 			}
 			if !ok {
@@ -725,7 +749,7 @@ chaos:
 				}
 			}
 		}
-		if applied[seq] != 1 {
+		if applied[seq] != 1 && actions.poison[seq] == "" {
 			mismatches++ // not applied, or applied more than once
 		}
 	}
@@ -757,10 +781,12 @@ chaos:
 
 	totalLost := lost["projection"] + lost["hooks"] + lost["ordered"]
 	extraProblems, extraExamples := extra.check(t, ctx, db, committed)
+	dlProblems, dlExamples := actions.deadLetterProblems(t, ctx, db)
 	byReason := deadLettersByReason(t, ctx, db)
-	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d late_events=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d dead_letters_by_reason=%s wall=%s\n",
-		dur, len(committed), load.rolledBack, longCommitted, jobs["projection"], jobs["hooks"], jobs["ordered"],
-		totalLost, duplicates, mismatches, violations, extraProblems, h.LateEvents, redeliveries, kills, rescued, pgCrashes,
+	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d dead_letters_by_reason=%s wall=%s\n",
+		dur, len(committed), load.rolledBack, longCommitted, actions.preparedN.committed, actions.preparedN.rolledBack,
+		len(actions.poison), actions.uiRetries, actions.jumps, jobs["projection"], jobs["hooks"], jobs["ordered"],
+		totalLost, duplicates, mismatches, violations, extraProblems, dlProblems, h.LateEvents, redeliveries, kills, rescued, pgCrashes,
 		stalled, byReason, time.Since(began).Round(time.Second))
 	t.Logf("late events: %d marked late, %d of them delivered flagged late (the others reached every pool before its cursor passed them)",
 		len(lateSeqs), len(lateFlagged))
@@ -799,7 +825,11 @@ chaos:
 	require.Zero(t, mismatches, "projection mismatches")
 	require.Zero(t, violations, "order violations: %v", examples[:min(len(examples), 10)])
 	require.Empty(t, badHooks, "malformed webhook deliveries")
-	require.Zero(t, discarded, "dead letters")
+	require.Zero(t, dlProblems, "dead letters that are neither a poison event's nor an always-failing event's: %v", dlExamples)
+	require.Positive(t, len(actions.poison), "poison events appended")
+	require.Positive(t, actions.preparedN.committed, "prepared transactions committed")
+	require.Equal(t, 1, actions.jumps, "sequence jumps")
+	_ = discarded
 	// A late event needs a long transaction to outlive the gap timeout
 	// while the horizon is moving; in a 30 s run the kills and the
 	// PostgreSQL restart can leave no such window (it happened once in

@@ -10,7 +10,8 @@
 // fails its first attempt.
 //
 // ordered: each attempt sleeps up to -max-delay, fails with probability
-// -fail-rate, and is recorded in it_run with its start and end times and
+// -fail-rate (always for an event whose data has "fail": true), and is
+// recorded in it_run with its start and end times and
 // whether it succeeded.
 //
 // projection: the exactly-once helper adds one to it_projection for the
@@ -71,7 +72,11 @@ func (w *worker) Work(ctx context.Context, job *river.Job[args]) error {
 		if maxDelay > 0 {
 			time.Sleep(time.Duration(rand.Int64N(int64(maxDelay))))
 		}
-		failed := rand.Float64() < failRate
+		var data struct {
+			Fail bool `json:"fail"`
+		}
+		_ = json.Unmarshal(job.Args.Data, &data)
+		failed := data.Fail || rand.Float64() < failRate
 		if _, err := db.Exec(ctx, `INSERT INTO it_run (sequence, key, attempt, worker, started_at, finished_at, ok) VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6)`,
 			job.Args.GlobalSequence, job.Args.Key, job.Attempt, workerID, started, !failed); err != nil {
 			return err
