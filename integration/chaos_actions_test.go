@@ -72,10 +72,11 @@ func startChaosActions(t *testing.T, ctx context.Context, db *pgxpool.Pool) *cha
 }
 
 // poisonKinds are SQL expressions of events PostgreSQL stores and Go's
-// encoder refuses (it stops at 10,000 levels).
+// encoder refuses: Go's stops at 10,000 levels; PostgreSQL's parser, at its
+// default max_stack_depth, a little above that.
 var poisonKinds = map[string]string{
-	"deep_data":     `INSERT INTO riverbus_event (type, key, data) VALUES ('it.poison', $1, (repeat('[', 20000) || repeat(']', 20000))::jsonb) RETURNING global_sequence`,
-	"deep_metadata": `INSERT INTO riverbus_event (type, key, data, metadata) VALUES ('it.poison', $1, '{}', ('{"a":' || repeat('[', 20000) || repeat(']', 20000) || '}')::jsonb) RETURNING global_sequence`,
+	"deep_data":     `INSERT INTO riverbus_event (type, key, data) VALUES ('it.poison', $1, (repeat('[', 10010) || repeat(']', 10010))::jsonb) RETURNING global_sequence`,
+	"deep_metadata": `INSERT INTO riverbus_event (type, key, data, metadata) VALUES ('it.poison', $1, '{}', ('{"a":' || repeat('[', 10010) || repeat(']', 10010) || '}')::jsonb) RETURNING global_sequence`,
 }
 
 // act does one action at random; errors (the database crashing) are

@@ -38,7 +38,7 @@ var chaosDurationFlag = flag.Duration("chaos-duration", 0,
 const (
 	chaosWriters      = 32                     // writer goroutines, one event per transaction
 	chaosMaxHold      = 200 * time.Millisecond // a writer holds each transaction up to this long: ~300 transactions/s in all
-	chaosEventsPerTx  = 4                      // each writer transaction appends 1 to this many events
+	chaosEventsPerTx  = 6                      // each writer transaction appends 1 to this many events
 	chaosRollbacks    = 10                     // percent of writer transactions rolled back
 	chaosLongWriters  = 3                      // goroutines that run transactions outliving the gap timeout
 	chaosGapTimeout   = 2 * time.Second        // RIVERBUS_GAP_TIMEOUT of the fan-out processes
