@@ -306,3 +306,31 @@ func (a *chaosActions) deadLetterProblems(t *testing.T, ctx context.Context, db 
 	}
 	return problems, examples
 }
+
+// logUnfinished logs a stalled pool's unfinished jobs and what holds their
+// lanes, for the post-mortem.
+func logUnfinished(t *testing.T, ctx context.Context, db *pgxpool.Pool, pool string) {
+	t.Helper()
+	rows, err := db.Query(ctx, `SELECT j.id, j.state, coalesce(j.metadata->>'riverbus_lane', '-'), j.args->>'global_sequence', j.attempt, j.max_attempts,
+		to_char(j.scheduled_at - now(), 'HH24:MI:SS'), left(coalesce(j.errors[array_length(j.errors, 1)]->>'error', ''), 60),
+		coalesce((SELECT string_agg(o.id || ':' || o.state, ',') FROM river_job o WHERE o.kind = j.kind AND o.id <> j.id
+			AND o.metadata->>'riverbus_lane' = j.metadata->>'riverbus_lane' AND o.state NOT IN ('completed', 'cancelled')), ''),
+		EXISTS (SELECT 1 FROM riverbus_dead_letter d WHERE d.pool = j.kind AND d.lane = j.metadata->>'riverbus_lane')
+		FROM river_job j WHERE j.kind = $1 AND j.state NOT IN ('completed', 'cancelled', 'discarded') ORDER BY j.id LIMIT 20`, pool)
+	if err != nil {
+		t.Logf("unfinished jobs of %s: %v", pool, err)
+		return
+	}
+	var id int64
+	var state, lane, seq, in, lastErr, others string
+	var attempt, maxAttempts int
+	var dead bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &state, &lane, &seq, &attempt, &maxAttempts, &in, &lastErr, &others, &dead}, func() error {
+		t.Logf("unfinished %s job %d: %s lane %q seq %s attempt %d/%d due in %s last error %q; lane's other jobs [%s]; lane has a dead letter: %v",
+			pool, id, state, lane, seq, attempt, maxAttempts, in, lastErr, others, dead)
+		return nil
+	})
+	if err != nil {
+		t.Logf("unfinished jobs of %s: %v", pool, err)
+	}
+}

@@ -570,6 +570,7 @@ chaos:
 			for _, pool := range allPools {
 				if s := st[pool]; s.cursor < lastCommitted || s.unfinished > 0 {
 					stalled++
+					logUnfinished(t, ctx, db, pool)
 				}
 			}
 			t.Errorf("not drained after %s: %+v, %d gaps or skipped sequences (want cursors at %d, none unfinished)",
