@@ -24,8 +24,10 @@ import (
 //   - grouped: transaction-grouped from the beginning.
 //   - late_ordered: key-ordered, created from now while writers are in the
 //     middle of their transactions.
-//   - late_grouped: transaction-grouped, created from now mid-stream, then
-//     reset to a sequence inside a committed multi-event transaction.
+//   - late_grouped: transaction-grouped, created from now mid-stream;
+//
+// and both late pools are then reset to a sequence inside a committed
+// multi-event transaction.
 //
 // Each must receive every committed event after its start point exactly
 // once (grouped pools: in a job of the event's own transaction), none
@@ -53,7 +55,8 @@ type chaosPools struct {
 
 	// Set by createMidStream and reset; read after the writers stop.
 	lateOrderedStart, lateGroupedStart int64
-	resetTo, resetMaxJob               int64
+	resetTo                            int64
+	resetMaxJob                        map[string]int64 // per pool: the highest job id at its reset
 	created, wasReset                  bool
 }
 
@@ -107,10 +110,10 @@ func (c *chaosPools) createMidStream(ctx context.Context, db *pgxpool.Pool) erro
 	return nil
 }
 
-// reset moves late_grouped back to the first sequence of a committed
+// reset moves both late pools to the first sequence of a committed
 // transaction of several events below the horizon, so the reset point is
-// inside it, and records the highest job id at the reset: jobs above it
-// were inserted after the reset.
+// inside it, and records each pool's highest job id at the reset: jobs above
+// it were inserted after the reset.
 func (c *chaosPools) reset(ctx context.Context, db *pgxpool.Pool) error {
 	var to int64
 	err := db.QueryRow(ctx, `SELECT coalesce(max(first), 0) FROM (
@@ -120,18 +123,27 @@ func (c *chaosPools) reset(ctx context.Context, db *pgxpool.Pool) error {
 	if err != nil || to == 0 {
 		return fmt.Errorf("no multi-event transaction to reset into yet (%v)", err)
 	}
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := fanout.ResetPool(ctx, tx, chaosLateGrouped, to); err != nil {
-			return err
+	maxJob := map[string]int64{}
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		for _, pool := range []string{chaosLateGrouped, chaosLateOrdered} {
+			if _, err := fanout.ResetPool(ctx, tx, pool, to); err != nil {
+				return err
+			}
+			// The reset holds the pool row: every batch of the pool
+			// committed before it, and every later one inserts jobs with
+			// higher ids.
+			var id int64
+			if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM river_job WHERE kind = $1`, pool).Scan(&id); err != nil {
+				return err
+			}
+			maxJob[pool] = id
 		}
-		// The reset holds the pool row: every batch of the pool committed
-		// before it, and every later one inserts jobs with higher ids.
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM river_job WHERE kind = $1`, chaosLateGrouped).Scan(&c.resetMaxJob); err != nil {
-			return err
-		}
-		c.resetTo, c.wasReset = to, true
 		return nil
 	})
+	if err == nil {
+		c.resetTo, c.resetMaxJob, c.wasReset = to, maxJob, true
+	}
+	return err
 }
 
 // pools lists the pools this set adds to the drain.
@@ -217,23 +229,28 @@ func (c *chaosPools) check(t *testing.T, ctx context.Context, db *pgxpool.Pool, 
 	if !c.created {
 		return problems, examples
 	}
-	exactlyOnce(chaosLateOrdered, deliveries(chaosLateOrdered, false), c.lateOrderedStart)
-	all := deliveries(chaosLateGrouped, true)
-	if !c.wasReset {
-		exactlyOnce(chaosLateGrouped, all, c.lateGroupedStart)
-		return problems, examples
-	}
-	// After the reset: every committed event above the reset point once
-	// more, in jobs inserted after it.
-	var after []chaosDelivery
-	for _, d := range all {
-		if d.job > c.resetMaxJob {
-			after = append(after, d)
-		} else if d.seq <= c.lateGroupedStart {
-			bad("%s: sequence %d before the start point %d", chaosLateGrouped, d.seq, c.lateGroupedStart)
+	for _, lp := range []struct {
+		pool    string
+		grouped bool
+		start   int64
+	}{{chaosLateOrdered, false, c.lateOrderedStart}, {chaosLateGrouped, true, c.lateGroupedStart}} {
+		all := deliveries(lp.pool, lp.grouped)
+		if !c.wasReset {
+			exactlyOnce(lp.pool, all, lp.start)
+			continue
 		}
+		// After the reset: every committed event above the reset point
+		// once more, in jobs inserted after it.
+		var after []chaosDelivery
+		for _, d := range all {
+			if d.job > c.resetMaxJob[lp.pool] {
+				after = append(after, d)
+			} else if d.seq <= lp.start {
+				bad("%s: sequence %d before the start point %d", lp.pool, d.seq, lp.start)
+			}
+		}
+		exactlyOnce(lp.pool+" after its reset", after, c.resetTo)
 	}
-	exactlyOnce(chaosLateGrouped+" after its reset", after, c.resetTo)
 	return problems, examples
 }
 

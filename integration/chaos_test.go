@@ -38,6 +38,7 @@ var chaosDurationFlag = flag.Duration("chaos-duration", 0,
 const (
 	chaosWriters      = 32                     // writer goroutines, one event per transaction
 	chaosMaxHold      = 200 * time.Millisecond // a writer holds each transaction up to this long: ~300 transactions/s in all
+	chaosKeys         = 200                    // event keys the writers take turns with: the ordered pool's parallelism
 	chaosEventsPerTx  = 6                      // each writer transaction appends 1 to this many events
 	chaosRollbacks    = 10                     // percent of writer transactions rolled back
 	chaosLongWriters  = 3                      // goroutines that run transactions outliving the gap timeout
@@ -50,7 +51,7 @@ const (
 	// unfinished or still to be fanned out (per pool, sequences above its
 	// cursor), so the final drain stays short however long the run and
 	// however busy the machine.
-	chaosMaxBacklog = 3000
+	chaosMaxBacklog = 10000
 )
 
 func chaosDuration(t *testing.T) time.Duration {
@@ -226,7 +227,7 @@ func TestChaos(t *testing.T) {
 		}},
 		{name: "ordered", pool: "ordered", run: func(gen int) *proc {
 			return start(t, dbURL, "testworker", appEnv("ordered", gen), "-pool", "ordered", "-mode", "ordered",
-				"-id", fmt.Sprintf("ordered-%d", gen), "-fail-rate", "0.05", "-max-delay", "2ms", "-concurrency", "30")
+				"-id", fmt.Sprintf("ordered-%d", gen), "-fail-rate", "0.05", "-max-delay", "2ms", "-concurrency", "60")
 		}},
 		{name: "hooks", pool: "hooks", run: func(gen int) *proc {
 			return start(t, dbURL, "riverbus", appEnv("hooks", gen, "RIVERBUS_LOG_LEVEL=error"),
@@ -349,7 +350,7 @@ func TestChaos(t *testing.T) {
 	wctx, stopWriters := context.WithTimeout(ctx, dur)
 	defer stopWriters()
 	load := startWriters(wctx, wdb, writerOpts{writers: chaosWriters, perWriter: 1 << 40, rollbackPercent: chaosRollbacks, maxHold: chaosMaxHold,
-		eventsPerTx: chaosEventsPerTx})
+		eventsPerTx: chaosEventsPerTx, keys: chaosKeys})
 	// Long transactions: each holds its event past the gap timeout while
 	// the others commit higher sequences, so the horizon skips it and it
 	// commits late. Each gets a key of its own: a late event is by design
@@ -482,7 +483,7 @@ chaos:
 			if err := retryFor(30*time.Second, func() error { return extra.reset(ctx, db) }); err != nil {
 				t.Errorf("reset pool mid-stream: %v", err)
 			}
-			t.Logf("%5.1fs reset pool %s to %d (inside a transaction)", time.Since(began).Seconds(), chaosLateGrouped, extra.resetTo)
+			t.Logf("%5.1fs reset pools %s and %s to %d (inside a transaction)", time.Since(began).Seconds(), chaosLateGrouped, chaosLateOrdered, extra.resetTo)
 		case <-killTimer:
 			i := rand.IntN(len(procs))
 			if kills < len(order) {

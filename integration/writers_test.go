@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -33,8 +34,19 @@ type writerOpts struct {
 	// eventsPerTx: each transaction appends 1 to eventsPerTx events in one
 	// statement (0 or 1: one event).
 	eventsPerTx int
-	typ         func(i int) string
-	data        func(i int) string
+	// keys is how many event keys the writers take turns with (0: 20).
+	keys int
+	typ  func(i int) string
+	data func(i int) string
+}
+
+// key is the event key of the writers' n-th transaction: key-a to key-t
+// with the default 20 keys, key-N beyond.
+func (o writerOpts) key(n int) string {
+	if o.keys <= 20 {
+		return "key-" + string(rune('a'+n%20))
+	}
+	return fmt.Sprintf("key-%d", n%o.keys)
 }
 
 func startWriters(ctx context.Context, db *pgxpool.Pool, o writerOpts) *writerLoad {
@@ -66,7 +78,7 @@ func startWriters(ctx context.Context, db *pgxpool.Pool, o writerOpts) *writerLo
 				}
 				rows, err := tx.Query(ctx, `INSERT INTO riverbus_event (event_id, type, key, data)
 					SELECT id, $2, $3, $4::jsonb FROM unnest($1::uuid[]) AS id RETURNING global_sequence`,
-					ids, o.typ(n), "key-"+string(rune('a'+n%20)), o.data(n))
+					ids, o.typ(n), o.key(n), o.data(n))
 				var seqs []int64
 				if err == nil {
 					seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
