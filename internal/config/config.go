@@ -1,6 +1,7 @@
 // Package config reads the riverbus process configuration from the
-// environment, once, with envconfig. Every variable has the RIVERBUS_ prefix;
-// DATABASE_URL is also accepted without it, as River's CLI does.
+// environment, once, with envconfig. Only variables with the RIVERBUS_ prefix
+// are read, and DATABASE_URL, which is also accepted without it, as River's
+// CLI does; RIVERBUS_DATABASE_URL wins when both are set.
 package config
 
 import (
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -21,25 +23,32 @@ const Prefix = "RIVERBUS"
 
 // Config is the whole process configuration. The README's configuration
 // table lists these fields; a test keeps the two in step.
+//
+// Each envconfig tag is the full variable name, prefix included, and the
+// struct is processed without a prefix: envconfig falls back from
+// PREFIX_NAME to the bare tag when the prefixed variable is unset, which
+// would let an unrelated LOG_LEVEL or UI_PASSWORD in the environment
+// configure riverbus (reported under the RIVERBUS_ name when it was bad).
+// With the prefix in the tag, the key and the fallback are the same name.
 type Config struct {
-	DatabaseURL string `envconfig:"DATABASE_URL" desc:"PostgreSQL URL. Empty: make run and riverbus dev start a throwaway local server; other commands refuse to start."`
+	DatabaseURL string `envconfig:"RIVERBUS_DATABASE_URL" desc:"PostgreSQL URL; RIVERBUS_DATABASE_URL wins when both are set. Empty: make run and riverbus dev start a throwaway local server; other commands refuse to start."`
 
-	GapTimeout       time.Duration `envconfig:"GAP_TIMEOUT" default:"5s" desc:"How long the horizon waits for a missing sequence that cannot yet be proven rolled back before it skips it (and watches it for a late commit)."`
-	GapCheckInterval time.Duration `envconfig:"GAP_CHECK_INTERVAL" default:"10ms" desc:"How often the horizon re-checks while a gap is open, so a rolled-back gap is passed within about this long."`
-	PollInterval     time.Duration `envconfig:"POLL_INTERVAL" default:"1s" desc:"Fan-out poll interval: the longest a lost NOTIFY or a dropped listener connection can delay delivery."`
-	BatchSize        int           `envconfig:"BATCH_SIZE" default:"1000" desc:"Most events a pool turns into jobs in one fan-out transaction."`
-	FanoutWorkers    int           `envconfig:"FANOUT_WORKERS" default:"4" desc:"Pools one fan-out process works on at the same time."`
+	GapTimeout       time.Duration `envconfig:"RIVERBUS_GAP_TIMEOUT" default:"5s" desc:"How long the horizon waits for a missing sequence that cannot yet be proven rolled back before it skips it (and watches it for a late commit)."`
+	GapCheckInterval time.Duration `envconfig:"RIVERBUS_GAP_CHECK_INTERVAL" default:"10ms" desc:"How often the horizon re-checks while a gap is open, so a rolled-back gap is passed within about this long."`
+	PollInterval     time.Duration `envconfig:"RIVERBUS_POLL_INTERVAL" default:"1s" desc:"Fan-out poll interval: the longest a lost NOTIFY or a dropped listener connection can delay delivery."`
+	BatchSize        int           `envconfig:"RIVERBUS_BATCH_SIZE" default:"1000" desc:"Most events a pool turns into jobs in one fan-out transaction."`
+	FanoutWorkers    int           `envconfig:"RIVERBUS_FANOUT_WORKERS" default:"4" desc:"Pools one fan-out process works on at the same time."`
 
-	UIAddr          string   `envconfig:"UI_ADDR" default:"127.0.0.1:8080" desc:"Address River UI listens on. A non-loopback address requires UI_USER and UI_PASSWORD."`
-	UIUser          string   `envconfig:"UI_USER" desc:"Basic-auth user for River UI; with UI_PASSWORD, the UI requires it."`
-	UIPassword      string   `envconfig:"UI_PASSWORD" desc:"Basic-auth password for River UI."`
-	UIAllowedHosts  []string `envconfig:"UI_ALLOWED_HOSTS" desc:"Comma-separated host or host:port names a reverse proxy forwards River UI and metrics requests under. Requests for any other Host than the address served are refused (DNS rebinding)."`
-	MetricsAddr     string   `envconfig:"METRICS_ADDR" default:"127.0.0.1:9090" desc:"Address of the Prometheus metrics endpoint (/metrics). Empty disables it. A non-loopback address requires METRICS_USER and METRICS_PASSWORD."`
-	MetricsUser     string   `envconfig:"METRICS_USER" desc:"Basic-auth user for the metrics endpoint; with METRICS_PASSWORD, scrapes require it."`
-	MetricsPassword string   `envconfig:"METRICS_PASSWORD" desc:"Basic-auth password for the metrics endpoint."`
+	UIAddr          string   `envconfig:"RIVERBUS_UI_ADDR" default:"127.0.0.1:8080" desc:"Address River UI listens on. A non-loopback address requires RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD."`
+	UIUser          string   `envconfig:"RIVERBUS_UI_USER" desc:"Basic-auth user for River UI; with RIVERBUS_UI_PASSWORD, the UI requires it."`
+	UIPassword      string   `envconfig:"RIVERBUS_UI_PASSWORD" desc:"Basic-auth password for River UI."`
+	UIAllowedHosts  []string `envconfig:"RIVERBUS_UI_ALLOWED_HOSTS" desc:"Comma-separated host or host:port names a reverse proxy forwards River UI and metrics requests under. Requests for any other Host than the address served are refused (DNS rebinding)."`
+	MetricsAddr     string   `envconfig:"RIVERBUS_METRICS_ADDR" default:"127.0.0.1:9090" desc:"Address of the Prometheus metrics endpoint (/metrics). Empty disables it. A non-loopback address requires RIVERBUS_METRICS_USER and RIVERBUS_METRICS_PASSWORD."`
+	MetricsUser     string   `envconfig:"RIVERBUS_METRICS_USER" desc:"Basic-auth user for the metrics endpoint; with RIVERBUS_METRICS_PASSWORD, scrapes require it."`
+	MetricsPassword string   `envconfig:"RIVERBUS_METRICS_PASSWORD" desc:"Basic-auth password for the metrics endpoint."`
 
-	LogLevel  string `envconfig:"LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
-	LogFormat string `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json."`
+	LogLevel  string `envconfig:"RIVERBUS_LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
+	LogFormat string `envconfig:"RIVERBUS_LOG_FORMAT" default:"text" desc:"Log format: text or json."`
 }
 
 // Load reads the configuration from the environment and validates it. Its
@@ -59,7 +68,7 @@ func Settings() []Setting {
 	out := make([]Setting, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
-		env := f.Tag.Get("envconfig")
+		env := strings.TrimPrefix(f.Tag.Get("envconfig"), Prefix+"_")
 		out[i] = Setting{Env: env, Flag: strings.ToLower(strings.ReplaceAll(env, "_", "-")),
 			Default: f.Tag.Get("default"), Desc: f.Tag.Get("desc")}
 	}
@@ -71,12 +80,16 @@ func Settings() []Setting {
 // variable.
 func LoadWithFlags(flags map[string]string) (*Config, error) {
 	var c Config
-	if err := envconfig.Process(Prefix, &c); err != nil {
+	// No prefix here: the tags carry it (see Config).
+	if err := envconfig.Process("", &c); err != nil {
 		var perr *envconfig.ParseError
 		if errors.As(err, &perr) {
 			return nil, fmt.Errorf("invalid %s=%q: want a %s", perr.KeyName, perr.Value, perr.TypeName)
 		}
 		return nil, fmt.Errorf("read configuration: %w", err)
+	}
+	if _, ok := os.LookupEnv(Prefix + "_DATABASE_URL"); !ok {
+		c.DatabaseURL = os.Getenv("DATABASE_URL")
 	}
 	v := reflect.ValueOf(&c).Elem()
 	for i, s := range Settings() {

@@ -82,3 +82,43 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 	_, err = config.LoadWithFlags(map[string]string{"batch-size": "0"})
 	require.ErrorContains(t, err, "RIVERBUS_BATCH_SIZE (--batch-size) must be between 1 and 100000, got 0")
 }
+
+// Only RIVERBUS_-prefixed variables configure riverbus: an unrelated
+// LOG_LEVEL or UI_PASSWORD in the process environment (a container, a shell
+// profile) is not riverbus's business and must neither break it nor
+// configure it.
+func TestLoadIgnoresUnprefixedVariables(t *testing.T) {
+	for _, s := range config.Settings() {
+		t.Setenv(config.Prefix+"_"+s.Env, "")
+		os.Unsetenv(config.Prefix + "_" + s.Env)
+	}
+	t.Setenv("BATCH_SIZE", "7")
+	t.Setenv("LOG_LEVEL", "trace")
+	t.Setenv("UI_PASSWORD", "stray")
+	t.Setenv("GAP_TIMEOUT", "soon")
+	t.Setenv("UI_ADDR", "0.0.0.0:80")
+
+	c, err := config.Load()
+	require.NoError(t, err, "unprefixed variables must not be read")
+	require.Equal(t, 1000, c.BatchSize)
+	require.Equal(t, "info", c.LogLevel)
+	require.Empty(t, c.UIPassword)
+	require.Equal(t, "5s", c.GapTimeout.String())
+	require.Equal(t, "127.0.0.1:8080", c.UIAddr)
+
+	// The prefixed variables still configure it, next to the unprefixed ones.
+	t.Setenv("RIVERBUS_BATCH_SIZE", "9")
+	t.Setenv("RIVERBUS_LOG_LEVEL", "debug")
+	t.Setenv("RIVERBUS_UI_USER", "admin")
+	t.Setenv("RIVERBUS_UI_PASSWORD", "secret")
+	c, err = config.Load()
+	require.NoError(t, err)
+	require.Equal(t, 9, c.BatchSize)
+	require.Equal(t, "debug", c.LogLevel)
+	require.Equal(t, "secret", c.UIPassword)
+
+	// A bad prefixed value is reported under its own name.
+	t.Setenv("RIVERBUS_BATCH_SIZE", "many")
+	_, err = config.Load()
+	require.ErrorContains(t, err, `invalid RIVERBUS_BATCH_SIZE="many"`)
+}
