@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -66,36 +67,18 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 				MaxAttempts: maxAttempts, Priority: priority, From: pos, Update: update || allowUpdate,
 				Ordering: ordering, OnDeadLetter: onDead, Grouping: group,
 			}
-			if update {
-				// Unset flags keep the pool's current values.
+			if update || allowUpdate {
+				// Only the flags given change: the others keep the pool's
+				// current values. `create --update` of a pool that does not
+				// exist yet creates it with the defaults.
 				cur, err := fanout.GetPool(cmd.Context(), db, args[0])
-				if err != nil {
+				if errors.Is(err, fanout.ErrUnknownPool) && allowUpdate {
+					cur = nil
+				} else if err != nil {
 					return err
 				}
-				f := cmd.Flags()
-				if !f.Changed("queue") {
-					params.Queue = cur.Queue
-				}
-				if !f.Changed("types") {
-					params.EventTypes = cur.EventTypes
-				}
-				if !f.Changed("tags") {
-					params.Tags = cur.Tags
-				}
-				if !f.Changed("max-attempts") {
-					params.MaxAttempts = cur.MaxAttempts
-				}
-				if !f.Changed("priority") {
-					params.Priority = cur.Priority
-				}
-				if !f.Changed("ordering") {
-					params.Ordering = cur.Ordering
-				}
-				if !f.Changed("on-dead-letter") {
-					params.OnDeadLetter = cur.OnDeadLetter
-				}
-				if !f.Changed("group") {
-					params.Grouping = cur.Grouping
+				if cur != nil {
+					keepUnset(&params, cur, cmd.Flags().Changed)
 				}
 			}
 			p, created, err := fanout.CreatePool(cmd.Context(), db, params)
@@ -128,6 +111,26 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 		f.BoolVar(&allowUpdate, "update", false, "change the settings of an existing pool instead of failing")
 	}
 	return cmd
+}
+
+// keepUnset sets the settings whose flag was not given (changed reports
+// which were) to the pool's current values, so an update changes only what
+// it names.
+func keepUnset(params *fanout.PoolParams, cur *fanout.Pool, changed func(flag string) bool) {
+	for flag, keep := range map[string]func(){
+		"queue":          func() { params.Queue = cur.Queue },
+		"types":          func() { params.EventTypes = cur.EventTypes },
+		"tags":           func() { params.Tags = cur.Tags },
+		"max-attempts":   func() { params.MaxAttempts = cur.MaxAttempts },
+		"priority":       func() { params.Priority = cur.Priority },
+		"ordering":       func() { params.Ordering = cur.Ordering },
+		"on-dead-letter": func() { params.OnDeadLetter = cur.OnDeadLetter },
+		"group":          func() { params.Grouping = cur.Grouping },
+	} {
+		if !changed(flag) {
+			keep()
+		}
+	}
 }
 
 func listOrAll(s []string) string {
