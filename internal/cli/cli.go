@@ -19,7 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/config"
+	"github.com/riverbus/riverbus/outbox"
 )
 
 // Main runs the command line with args (without the program name) and
@@ -27,9 +29,15 @@ import (
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return mainContext(ctx, args, stdout, stderr)
+}
+
+// mainContext is Main under ctx: a test ends a long-running command by
+// cancelling it, as Ctrl-C does.
+func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := &app{stdout: stdout, stderr: stderr}
 	root := app.rootCommand()
-	root.SetArgs(args)
+	root.SetArgs(joinOptionalValues(root, args))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if cmd, err := root.ExecuteContextC(ctx); err != nil {
@@ -40,6 +48,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		if strings.HasPrefix(err.Error(), "required flag(s)") || strings.HasPrefix(err.Error(), "unknown command") {
 			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", err, cmd.UsageString())
+			return 2
+		}
+		if isBadInput(err) {
+			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", safe(err.Error()), cmd.UsageString())
 			return 2
 		}
 		// An error may quote an event's type, key or a handler's error.
@@ -84,7 +96,7 @@ flags override them. See the README's configuration table.`,
 			}
 			cfg, err := config.LoadWithFlags(flags)
 			if err != nil {
-				return err
+				return &usageError{cmd: cmd, err: err}
 			}
 			if a.databaseURL != "" {
 				cfg.DatabaseURL = a.databaseURL
@@ -136,6 +148,44 @@ flags override them. See the README's configuration table.`,
 	return root
 }
 
+// isBadInput reports whether err rejects what the user gave (a pool's
+// settings, an event) rather than a failure to do it: such an error exits
+// 2 with the usage, like a flag that does not parse.
+func isBadInput(err error) bool {
+	return errors.Is(err, fanout.ErrInvalidPool) || errors.Is(err, outbox.ErrInvalidEvent)
+}
+
+// joinOptionalValues rewrites "--watch 10s" as "--watch=10s". pflag never
+// hands the next argument to a flag that has a value of its own when given
+// bare (NoOptDefVal: "--watch" alone means every 2s), so without this the
+// interval would be taken as an argument. A next argument that is not a
+// flag is joined, so "--watch soon" is refused as a bad interval.
+func joinOptionalValues(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil {
+		return args
+	}
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			return append(out, args[i:]...)
+		}
+		if name, ok := strings.CutPrefix(arg, "--"); ok && i+1 < len(args) {
+			f := cmd.Flags().Lookup(name)
+			if f != nil && f.NoOptDefVal != "" && f.Value.Type() == "duration" {
+				if next := args[i+1]; !strings.HasPrefix(next, "-") {
+					out = append(out, arg+"="+next)
+					i++
+					continue
+				}
+			}
+		}
+		out = append(out, arg)
+	}
+	return out
+}
+
 // exactArgs is cobra.ExactArgs with a message that names what is missing.
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
@@ -166,9 +216,40 @@ func describeHost(rawURL string) string {
 	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
 }
 
-// connect opens a pool and checks the server answers, once: for commands
-// that do one thing and exit.
+// connect opens a pool, checks the server answers and the schema is there
+// (requireSchema), once: for commands that do one thing and exit.
 func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := a.connectUnmigrated(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireSchema(ctx, pool, a.cfg.DatabaseURL); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// sqlSchemaPresent: to_regclass needs no privilege on the tables, so it
+// answers for every role.
+const sqlSchemaPresent = `SELECT to_regclass('riverbus_pool') IS NOT NULL AND to_regclass('river_job') IS NOT NULL`
+
+// requireSchema returns an error that says to run `riverbus migrate` when
+// the database has no riverbus schema, instead of letting the command fail
+// on its first query with "relation ... does not exist".
+func requireSchema(ctx context.Context, db *pgxpool.Pool, rawURL string) error {
+	var present bool
+	if err := db.QueryRow(ctx, sqlSchemaPresent).Scan(&present); err != nil {
+		return fmt.Errorf("check the riverbus schema: %w", err)
+	}
+	if !present {
+		return fmt.Errorf("the database at %s has no riverbus schema: run `riverbus migrate` first", describeHost(rawURL))
+	}
+	return nil
+}
+
+// connectUnmigrated is connect without the schema check: for migrate.
+func (a *app) connectUnmigrated(ctx context.Context) (*pgxpool.Pool, error) {
 	u, err := a.requireURL()
 	if err != nil {
 		return nil, err

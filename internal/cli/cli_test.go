@@ -89,7 +89,7 @@ func TestPoolLifecycle(t *testing.T) {
 	require.Contains(t, r.stdout, "types=invoice.created,invoice.paid", "update keeps unset settings")
 
 	r = run(t, dbURL, "pool", "create", "bad name")
-	require.Equal(t, 1, r.code)
+	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, `name "bad name" must be 2-100 letters`)
 
 	r = run(t, dbURL, "pool", "show", "nope")
@@ -128,10 +128,10 @@ func TestAppendAndStatus(t *testing.T) {
 	require.Contains(t, r.stdout, "at sequence 1")
 
 	r = run(t, dbURL, "append", "--type", "order.placed", "--data", `{"order":`)
-	require.Equal(t, 1, r.code)
+	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "Data must be valid JSON")
 	r = run(t, dbURL, "append", "--type", "order.placed", "--tag", "novalue", "--data", `{}`)
-	require.Equal(t, 1, r.code)
+	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "Tags[0] must be name=value")
 	r = run(t, dbURL, "append", "--data", `{}`)
 	require.Equal(t, 2, r.code)
@@ -177,10 +177,10 @@ func TestPoolOrderingFlags(t *testing.T) {
 	require.Contains(t, r.stdout, "ordering=key on_dead_letter=release")
 
 	r = run(t, dbURL, "pool", "create", "bad", "--ordering", "sideways")
-	require.Equal(t, 1, r.code)
+	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, `ordering must be none, key or global, got "sideways"`)
 	r = run(t, dbURL, "pool", "create", "bad", "--group", "batch")
-	require.Equal(t, 1, r.code)
+	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, `grouping must be none or transaction, got "batch"`)
 }
 
@@ -206,10 +206,10 @@ func TestDLQShowAndPurgeBadInput(t *testing.T) {
 func TestSettingFlags(t *testing.T) {
 	t.Parallel()
 	r := run(t, "", "fanout", "--gap-timeout", "-1s")
-	require.Equal(t, 1, r.code)
+	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "RIVERBUS_GAP_TIMEOUT (--gap-timeout) must be positive, got -1s")
 	r = run(t, "", "status", "--batch-size", "lots")
-	require.Equal(t, 1, r.code)
+	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, `invalid --batch-size="lots"`)
 	r = run(t, "", "--help")
 	require.Equal(t, 0, r.code)

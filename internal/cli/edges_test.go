@@ -1,10 +1,16 @@
 package cli_test
 
 import (
+	"bufio"
+	"context"
+	"io"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/internal/cli"
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
@@ -25,4 +31,128 @@ func TestPoolCreateUpdateKeepsUnsetSettings(t *testing.T) {
 	// A pool that does not exist yet is created with the defaults.
 	r = ok(t, run(t, dbURL, "pool", "create", "fresh", "--update", "--types", "a.b"))
 	require.Contains(t, r.stdout, "created pool fresh")
+}
+
+// Bad input exits 2 with the reason and the usage, whichever layer rejects
+// it; a failure exits 1.
+func TestBadInputExitsTwo(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	for _, tc := range []struct {
+		args   []string
+		reason string
+	}{
+		{[]string{"pool", "create", "bad name"}, `name "bad name" must be 2-100 letters`},
+		{[]string{"pool", "create", "pp", "--priority", "9"}, "priority must be between 1 and 4, got 9"},
+		{[]string{"pool", "create", "pp", "--max-attempts", "-2"}, "max attempts must be between 1 and 1000, got -2"},
+		{[]string{"pool", "create", "pp", "--ordering", "sideways"}, `ordering must be none, key or global, got "sideways"`},
+		{[]string{"pool", "create", "pp", "--group", "batch"}, `grouping must be none or transaction, got "batch"`},
+		{[]string{"pool", "create", "pp", "--queue", "Not A Queue"}, `queue "Not A Queue" must be lower-case`},
+		{[]string{"pool", "update", "pp", "--on-dead-letter", "explode"}, `on dead letter must be release or block, got "explode"`},
+		{[]string{"append", "--type", "order.placed", "--data", `{"order":`}, "Data must be valid JSON"},
+		{[]string{"append", "--type", "order.placed", "--tag", "novalue", "--data", `{}`}, "Tags[0] must be name=value"},
+		{[]string{"status", "--batch-size", "lots"}, `invalid --batch-size="lots"`},
+		{[]string{"pool", "list", "--gap-timeout", "-1s"}, "RIVERBUS_GAP_TIMEOUT (--gap-timeout) must be positive, got -1s"},
+		{[]string{"status", "--watch", "soon"}, `invalid argument "soon" for "--watch" flag`},
+		{[]string{"run", "--demo-rate", "-1"}, "--demo-rate must be between 0 and 10000, got -1"},
+	} {
+		if tc.args[0] == "pool" && tc.args[1] == "update" {
+			ok(t, run(t, dbURL, "pool", "create", "pp"))
+		}
+		r := run(t, dbURL, tc.args...)
+		require.Equal(t, 2, r.code, "%v\nstdout: %s\nstderr: %s", tc.args, r.stdout, r.stderr)
+		require.Contains(t, r.stderr, tc.reason, "%v", tc.args)
+		require.Contains(t, r.stderr, "Usage:", "%v", tc.args)
+	}
+
+	r := run(t, dbURL, "pool", "show", "nope")
+	require.Equal(t, 1, r.code, "an unknown pool is a failure, not bad input")
+	require.NotContains(t, r.stderr, "Usage:")
+}
+
+// Against a database that was never migrated, every command that needs
+// the schema says to run `riverbus migrate`, in one line.
+func TestUnmigratedDatabaseSaysMigrate(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewEmptyDatabase(t)
+	for _, args := range [][]string{
+		{"pool", "list"},
+		{"pool", "create", "billing"},
+		{"pool", "show", "billing"},
+		{"pool", "pause", "billing"},
+		{"pool", "reset", "billing", "--to", "0"},
+		{"pool", "delete", "billing"},
+		{"status"},
+		{"append", "--type", "t.x", "--data", "{}"},
+		{"dlq", "list"},
+		{"dlq", "show", "1"},
+		{"tail"},
+		{"fanout"},
+		{"work", "--pool", "billing", "--webhook", "http://127.0.0.1:1/hook"},
+		{"repair", "horizon"},
+		{"ui", "--ui-addr", "127.0.0.1:0", "--metrics-addr", ""},
+	} {
+		r := run(t, dbURL, args...)
+		require.Equal(t, 1, r.code, "%v\nstdout: %s\nstderr: %s", args, r.stdout, r.stderr)
+		require.Contains(t, r.stderr, "has no riverbus schema: run `riverbus migrate` first", "%v", args)
+		require.NotContains(t, r.stderr, "does not exist", "%v", args)
+		require.Equal(t, 1, len(splitLines(r.stderr)), "%v: one line: %s", args, r.stderr)
+	}
+}
+
+func splitLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// `status --watch 10s` takes 10s as the interval (it used to be taken as
+// an argument and refused), and `--watch` alone still means the default.
+// Each run must print a status and keep watching until cancelled.
+func TestStatusWatchTakesASeparateValue(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	for _, args := range [][]string{
+		{"status", "--watch", "10s"},
+		{"status", "--watch", "10s", "--json"},
+		{"status", "--watch"},
+		{"status", "--watch", "--json"},
+		{"status", "--json", "--watch"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		pr, pw := io.Pipe()
+		var errOut strings.Builder
+		done := make(chan int, 1)
+		go func() {
+			code := cli.MainContext(ctx, append([]string{"--database-url", dbURL}, args...), pw, &errOut)
+			pw.Close()
+			done <- code
+		}()
+		// The first status arrives without waiting for the interval; an
+		// exit before it (the old "expects no arguments") ends the pipe.
+		lines := bufio.NewScanner(pr)
+		printed := false
+		for !printed && lines.Scan() {
+			printed = strings.Contains(lines.Text(), "horizon")
+		}
+		go func() { _, _ = io.Copy(io.Discard, pr) }()
+		select {
+		case code := <-done:
+			cancel()
+			t.Fatalf("%v exited with %d instead of watching: %s", args, code, errOut.String())
+		default:
+		}
+		require.True(t, printed, "%v printed no status", args)
+		cancel()
+		select {
+		case code := <-done:
+			require.Equal(t, 0, code, "%v: %s", args, errOut.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v did not stop when cancelled", args)
+		}
+	}
 }

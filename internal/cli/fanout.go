@@ -35,6 +35,9 @@ A database outage is logged and retried with backoff.`,
 				return err
 			}
 			defer db.Close()
+			if err := requireSchema(cmd.Context(), db, u); err != nil {
+				return err
+			}
 			a.logger.Info("fan-out started", "database", describeHost(u), "gap_timeout", a.cfg.GapTimeout,
 				"poll_interval", a.cfg.PollInterval, "batch_size", a.cfg.BatchSize)
 			err = a.runFanout(cmd.Context(), db, nil)

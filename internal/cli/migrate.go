@@ -17,7 +17,7 @@ processes may run it at once. Running it again changes nothing.`,
 		Example: `  DATABASE_URL=postgres://localhost/app riverbus migrate`,
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := a.connect(cmd.Context())
+			db, err := a.connectUnmigrated(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -35,6 +35,9 @@ the jobs.`,
   DATABASE_URL=postgres://localhost/app riverbus run`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if demoRate < 0 || demoRate > 10_000 {
+				return &usageError{cmd: cmd, err: fmt.Errorf("--demo-rate must be between 0 and 10000, got %d", demoRate)}
+			}
 			return a.run(cmd.Context(), demo, demoRate)
 		},
 	}
@@ -44,9 +47,6 @@ the jobs.`,
 }
 
 func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
-	if demoRate < 0 || demoRate > 10_000 {
-		return fmt.Errorf("--demo-rate must be between 0 and 10000, got %d", demoRate)
-	}
 	uiLn, metricsLn, err := a.listeners(true)
 	if err != nil {
 		return err

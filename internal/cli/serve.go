@@ -128,6 +128,13 @@ without them is refused.`,
 				return err
 			}
 			defer db.Close()
+			if err := requireSchema(ctx, db, u); err != nil {
+				uiLn.Close()
+				if metricsLn != nil {
+					metricsLn.Close()
+				}
+				return err
+			}
 			g, gctx := errgroup.WithContext(ctx)
 			if err := a.serve(gctx, g, db, uiLn, metricsLn); err != nil {
 				return err

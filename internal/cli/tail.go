@@ -55,6 +55,9 @@ pool's filter lets through.`,
 				return err
 			}
 			defer db.Close()
+			if err := requireSchema(ctx, db, u); err != nil {
+				return err
+			}
 			var filter *fanout.Pool
 			if pool != "" {
 				if filter, err = fanout.GetPool(ctx, db, pool); err != nil {

@@ -64,6 +64,9 @@ Run as many as you like; they share the pool's jobs.`,
 				return err
 			}
 			defer db.Close()
+			if err := requireSchema(ctx, db, u); err != nil {
+				return err
+			}
 			p, err := fanout.GetPool(ctx, db, pool)
 			if err != nil {
 				return err
