@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -83,18 +82,11 @@ type groupID struct{ txid, key string }
 
 // groupUnits turns matching events into transaction-group jobs. events are
 // in sequence order. On the normal path (late false) they are the batch's
-// events above cursor; on the late path, the late events the batch found,
-// and only those above the pool's start point count.
+// events above cursor; on the late path, the late events the batch found
+// above the pool's start point (FanOutPool leaves out the others, for every
+// kind of pool): the rest of a late event's group counts from its first
+// event above the start point.
 func (f *Fanout) groupUnits(ctx context.Context, tx pgx.Tx, p *lockedPool, events []event, late bool) ([]unit, error) {
-	if late {
-		// A late event at or below the start point is not the pool's; the
-		// rest of its group is, and counts from its first event above.
-		var floor int64
-		if err := tx.QueryRow(ctx, sqlPoolGroupFloor, p.name).Scan(&floor); err != nil {
-			return nil, fmt.Errorf("read start point: %w", err)
-		}
-		events = slices.DeleteFunc(slices.Clone(events), func(e event) bool { return e.GlobalSequence <= floor })
-	}
 	byKey := p.ordering == OrderingKey
 	var (
 		ids    []groupID
