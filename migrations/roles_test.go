@@ -292,6 +292,10 @@ func TestAppRole(t *testing.T) {
 		return nil
 	}))
 	require.NotEqual(t, victimXid, forgerXid)
+	// Nor can anyone move a record to another transaction later.
+	_, err = b.owner.Exec(ctx, `UPDATE riverbus_command SET transaction_id = $1::text::xid8 WHERE transaction_id = $2::text::xid8`,
+		victimXid, forgerXid)
+	require.ErrorContains(t, err, "transaction_id cannot be changed")
 	require.NoError(t, outbox.RecordCommandTx(ctx, victim, outbox.Command{Type: "pay", Data: json.RawMessage(`{}`)}))
 	require.NoError(t, victim.Commit(ctx))
 

@@ -165,9 +165,9 @@ WHERE e.global_sequence > $1
 ORDER BY e.global_sequence
 LIMIT $2::bigint`
 
-// recordCommandQuery records the command of the current transaction;
-// transaction_id defaults to pg_current_xact_id(), the id the transaction's
-// events carry.
+// recordCommandQuery records the command of the current transaction; a
+// trigger sets transaction_id to pg_current_xact_id(), the id the
+// transaction's events carry, whatever an inserter supplies.
 const recordCommandQuery = `
 INSERT INTO riverbus_command (type, data, metadata)
 VALUES ($1, $2::text::jsonb, $3::text::jsonb)`

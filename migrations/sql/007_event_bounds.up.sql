@@ -4,9 +4,11 @@
 -- Size: a pool job's args are the event's envelope, one jsonb value, which
 -- PostgreSQL limits to 256 MB of content (a transaction group's job holds
 -- several events). Data and metadata together are bounded to 64 MiB, as
--- the jsonb values are stored: in a CHECK, before TOAST compresses them,
--- pg_column_size is their full binary size, read from the value's header
--- without walking it. The Go API (outbox.EventMaxBytes) bounds the JSON
+-- the jsonb values are stored: in a CHECK on a value built by the insert,
+-- pg_column_size is its full binary size, read from the value's header
+-- without walking it. (A value copied from another table may arrive
+-- already compressed, and then counts compressed: the fan-out still turns
+-- one too big into a dead letter.) The Go API (outbox.EventMaxBytes) bounds the JSON
 -- text the same.
 --
 -- Depth is not checked here: measuring it walks the whole value on every
@@ -59,8 +61,7 @@ BEGIN
   -- saying why, instead of running a job no worker can decode (River would
   -- retry it with its backoff for days). The depth test is a jsonpath probe
   -- for an item nested as deep as Go's encoder refuses (10,000 levels, less
-  -- a level of margin); the size test is the fan-out's envelope limit. An
-  -- event too deep for this server's stack to walk is still undeliverable.
+  -- a level of margin); an envelope over jsonb's limit fails to build.
   BEGIN
     events := riverbus_event_envelope(seqs);
     -- The stub is the envelope without its payload: whatever else it says
@@ -70,8 +71,10 @@ BEGIN
     ELSE
       envelope := (NEW.args - 'undeliverable') || (events->0);
     END IF;
-    still := jsonb_path_exists(envelope, 'lax $.**{9999 to last}') OR octet_length(envelope::text) > 1073741823;
-  EXCEPTION WHEN statement_too_complex THEN
+    still := jsonb_path_exists(envelope, 'lax $.**{9999 to last}');
+  EXCEPTION WHEN statement_too_complex OR program_limit_exceeded THEN
+    -- Too deep for this server's stack to walk, or over jsonb's size
+    -- limit once rebuilt: undeliverable all the same.
     still := true;
   END;
   IF still THEN
@@ -94,7 +97,8 @@ $$;
 -- in name order): a refused retry leaves the job discarded, so that one
 -- neither removes its dead letter nor puts it back in its lane.
 CREATE TRIGGER riverbus_job_back_rebuild BEFORE UPDATE OF state ON river_job
-  FOR EACH ROW WHEN (OLD.state = 'discarded' AND NEW.state <> 'discarded' AND NEW.args ? 'undeliverable')
+  FOR EACH ROW WHEN (OLD.state = 'discarded' AND NEW.state NOT IN ('cancelled', 'completed', 'discarded')
+    AND NEW.args ? 'undeliverable')
   EXECUTE FUNCTION riverbus_undeliverable_rebuild();
 
 -- As 004 does for every function of the schema.

@@ -16,8 +16,12 @@ GRANT UPDATE (status, cursor_seq, start_after, events_fanned_out, late_events_de
 -- could name any transaction, including a future one, whose own
 -- RecordCommandTx would then fail on the primary key. The database sets it,
 -- as the event trigger does for events, whatever the inserter supplied.
+-- An UPDATE of it is refused, as one of an event's is.
 CREATE FUNCTION riverbus_command_assign() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+  IF TG_OP = 'UPDATE' THEN
+    RAISE EXCEPTION 'riverbus_command: transaction_id cannot be changed';
+  END IF;
   NEW.transaction_id := pg_current_xact_id();
   RETURN NEW;
 END
