@@ -55,7 +55,7 @@ func TestGetHolder(t *testing.T) {
 	require.Nil(t, h.Lane)
 	require.Nil(t, h.LaneBlocker)
 	require.False(t, h.HeldSince.After(h.At))
-	require.GreaterOrEqual(t, h.HeldFor(), time.Duration(0))
+	require.Equal(t, h.At.Sub(h.HeldSince), h.HeldFor(), "held since the job's event became the lowest unfinished one")
 
 	// The holder finishes: the next one holds, with no error yet.
 	finish(t, db, "completed", ids[0])

@@ -5,7 +5,7 @@ func (f *Fanout) UsesPlainPath(pool string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := f.plain[pool]
-	return k == plainAll || k == plainTyped
+	return !f.noPlain && (k == plainAll || k == plainTyped)
 }
 
 // SetEnvelopeMaxBytes lowers the general path's envelope limit until the

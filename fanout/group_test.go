@@ -249,11 +249,14 @@ func TestGroupLateAcrossStartPoint(t *testing.T) {
 	for _, j := range groupJobs(t, b.db, "whole") {
 		require.Equal(t, j.GlobalSequence == first, j.Late, "the held transaction's group is late, whole: %+v", j)
 	}
-	jobsSplit := groupJobs(t, b.db, "split")
+	// Every event any of split's jobs carries above the reset point, and
+	// none of the held transaction's events at or below it (a job that
+	// started before the reset point must not carry them either).
 	var seqs []int64
-	for _, j := range jobsSplit {
-		if j.GlobalSequence > other {
-			for _, e := range j.Events {
+	for _, j := range groupJobs(t, b.db, "split") {
+		for _, e := range j.Events {
+			require.NotEqual(t, first, e.GlobalSequence, "split got the held event before its reset point: %+v", j)
+			if e.GlobalSequence > other {
 				seqs = append(seqs, e.GlobalSequence)
 			}
 		}

@@ -144,6 +144,7 @@ BEGIN RAISE EXCEPTION USING ERRCODE = 'undefined_function', MESSAGE = 'function 
 	require.True(t, f.UsesPlainPath("plain"))
 	second := appendEvent(t, db, "b")
 	drain(t, f) // the plain statement fails; the general path takes the batch
+	require.False(t, f.UsesPlainPath("plain"), "the plain path was given up")
 	third := appendEvent(t, db, "c")
 	drain(t, f)
 	c, _ := jobs(t, db, "plain")

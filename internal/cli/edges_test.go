@@ -144,7 +144,9 @@ func TestStatusWatchTakesASeparateValue(t *testing.T) {
 		case code := <-done:
 			cancel()
 			t.Fatalf("%v exited with %d instead of watching: %s", args, code, errOut.String())
-		default:
+		case <-time.After(time.Second):
+			// Still watching a second after its first status (the
+			// intervals are 2 s and 10 s).
 		}
 		require.True(t, printed, "%v printed no status", args)
 		cancel()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,14 +278,26 @@ func TestCollectorScrapeFloodSharesOneRead(t *testing.T) {
 	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(db, &metrics.CollectorOpts{MaxAge: time.Hour})))
 	t.Cleanup(srv.Close)
 	var wg sync.WaitGroup
+	up := make(chan string, 100)
 	for range 100 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			require.Equal(t, "1", scrape(t, srv.URL+"/metrics")["riverbus_up"])
+			resp, err := http.Get(srv.URL + "/metrics")
+			if err != nil {
+				up <- err.Error()
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			up <- strings.Join(regexp.MustCompile(`(?m)^riverbus_up \S+$`).FindAllString(string(body), -1), "")
 		}()
 	}
 	wg.Wait()
+	close(up)
+	for u := range up {
+		require.Equal(t, "riverbus_up 1", u)
+	}
 	s := scrape(t, srv.URL+"/metrics")
 	require.Equal(t, "1", s["riverbus_state_reads_total"])
 	require.Contains(t, s, `riverbus_pool_cursor{pool="pa"}`)

@@ -112,7 +112,7 @@ fetch(` + "`" + uiBase + `/api/jobs/cancel` + "`" + `, {method: "POST", mode: "n
 			"the unguarded control must show the attack works")
 
 		b := setup(t)
-		addr := serveGuarded(t, b, "127.0.0.1:0", ui.ServeOpts{})
+		addr := serveGuarded(t, b, "127.0.0.1:0", ui.Opts{}, ui.ServeOpts{})
 		id := billingJob(t, b.db)
 		attack(t, "http://"+addr, id)
 		require.Equal(t, "available", jobState(t, b.db, id))
@@ -122,7 +122,7 @@ fetch(` + "`" + uiBase + `/api/jobs/cancel` + "`" + `, {method: "POST", mode: "n
 	// page would read the API as its own origin. Refused by Host.
 	t.Run("DNSRebinding", func(t *testing.T) {
 		b := setup(t)
-		addr := serveGuarded(t, b, "127.0.0.1:0", ui.ServeOpts{})
+		addr := serveGuarded(t, b, "127.0.0.1:0", ui.Opts{}, ui.ServeOpts{})
 		_, port, err := net.SplitHostPort(addr)
 		require.NoError(t, err)
 		tab, cancelTab := chromedp.NewContext(browserCtx)
@@ -184,23 +184,7 @@ fetch(` + "`" + uiBase + `/api/jobs/cancel` + "`" + `, {method: "POST", mode: "n
 // 127.0.0.1:0 and returns its base URL.
 func serveUI(t *testing.T, ctx context.Context, opts ui.Opts) string {
 	t.Helper()
-	b := setup(t)
-	opts.Logger = b.logger
-	h, err := ui.NewHandler(ctx, b.db, opts)
-	require.NoError(t, err)
-	require.NoError(t, h.Start(ctx))
-	t.Cleanup(h.Stop)
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srvCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- ui.ServeListener(srvCtx, ln, h, ui.ServeOpts{Logger: b.logger}) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
-	return "http://" + ln.Addr().String()
+	return "http://" + serveGuarded(t, setup(t), "127.0.0.1:0", opts, ui.ServeOpts{})
 }
 
 // documentStatus records the HTTP status of the documents the tab loads and

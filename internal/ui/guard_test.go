@@ -15,12 +15,14 @@ import (
 	"github.com/riverbus/riverbus/internal/ui"
 )
 
-// serveGuarded serves River UI for b's database through ServeListener (so
-// behind Guard) on listenAddr, and returns the listener's address.
-func serveGuarded(t *testing.T, b *testBundle, listenAddr string, opts ui.ServeOpts) string {
+// serveGuarded serves River UI (with hopts) for b's database through
+// ServeListener (so behind Guard) on listenAddr, and returns the listener's
+// address.
+func serveGuarded(t *testing.T, b *testBundle, listenAddr string, hopts ui.Opts, opts ui.ServeOpts) string {
 	t.Helper()
 	ctx := t.Context()
-	h, err := ui.NewHandler(ctx, b.db, ui.Opts{Logger: b.logger})
+	hopts.Logger = b.logger
+	h, err := ui.NewHandler(ctx, b.db, hopts)
 	require.NoError(t, err)
 	require.NoError(t, h.Start(ctx))
 	t.Cleanup(h.Stop)
@@ -76,7 +78,7 @@ func billingJob(t *testing.T, db *pgxpool.Pool) int64 {
 func TestGuardRefusesCrossOriginStateChanges(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	addr := serveGuarded(t, b, "127.0.0.1:0", ui.ServeOpts{})
+	addr := serveGuarded(t, b, "127.0.0.1:0", ui.Opts{}, ui.ServeOpts{})
 	id := billingJob(t, b.db)
 	body := `{"ids":["` + strconv.FormatInt(id, 10) + `"]}`
 
@@ -107,7 +109,7 @@ func TestGuardRefusesCrossOriginStateChanges(t *testing.T) {
 func TestGuardRefusesForeignHost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	addr := serveGuarded(t, b, "127.0.0.1:0", ui.ServeOpts{AllowedHosts: []string{"riverbus.internal", "ops.example:8443"}})
+	addr := serveGuarded(t, b, "127.0.0.1:0", ui.Opts{}, ui.ServeOpts{AllowedHosts: []string{"riverbus.internal", "ops.example:8443"}})
 	_, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
 
@@ -129,7 +131,7 @@ func TestGuardRefusesForeignHost(t *testing.T) {
 func TestGuardWildcardBind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	addr := serveGuarded(t, b, "0.0.0.0:0", ui.ServeOpts{})
+	addr := serveGuarded(t, b, "0.0.0.0:0", ui.Opts{}, ui.ServeOpts{})
 	_, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
 	local := "127.0.0.1:" + port
