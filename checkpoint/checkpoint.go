@@ -10,13 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
 )
 
 // ErrUnknownPool is returned for a pool name that does not exist. The error
 // it comes wrapped in lists the pools that do.
-var ErrUnknownPool = fanout.ErrUnknownPool
+var ErrUnknownPool = bustype.ErrUnknownPool
 
 // WaitPollIntervalDefault is the default of WaitOpts.PollInterval.
 const WaitPollIntervalDefault = 20 * time.Millisecond

@@ -14,7 +14,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -64,7 +65,7 @@ type chaosPools struct {
 // works all three pools (River polls queues whose pools do not exist yet).
 func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaosPools {
 	t.Helper()
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: chaosGrouped, Grouping: fanout.GroupTransaction})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: chaosGrouped, Grouping: bustype.GroupTransaction})
 	require.NoError(t, err)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosGroupedArgs]) error { return nil }))
@@ -73,7 +74,7 @@ func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaos
 	cfg, err := workers.ClientConfig(workers.ClientOpts{
 		Workers: ws,
 		Queues: map[string]int{
-			fanout.DefaultQueue(chaosGrouped): 20, fanout.DefaultQueue(chaosLateOrdered): 20, fanout.DefaultQueue(chaosLateGrouped): 20,
+			bustype.DefaultQueue(chaosGrouped): 20, bustype.DefaultQueue(chaosLateOrdered): 20, bustype.DefaultQueue(chaosLateGrouped): 20,
 		},
 		// The test stands in for the rescuer of killed processes; this
 		// client is never killed, but the PostgreSQL crash may lose a
@@ -98,11 +99,11 @@ func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaos
 // transactions open: some of those commit events on both sides of the
 // start point.
 func (c *chaosPools) createMidStream(ctx context.Context, db *pgxpool.Pool) error {
-	lo, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: chaosLateOrdered, Ordering: fanout.OrderingKey, From: fanout.FromNow})
+	lo, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: chaosLateOrdered, Ordering: bustype.OrderingKey, From: bustype.FromNow})
 	if err != nil {
 		return err
 	}
-	lg, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: chaosLateGrouped, Grouping: fanout.GroupTransaction, From: fanout.FromNow})
+	lg, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: chaosLateGrouped, Grouping: bustype.GroupTransaction, From: bustype.FromNow})
 	if err != nil {
 		return err
 	}
@@ -126,7 +127,7 @@ func (c *chaosPools) reset(ctx context.Context, db *pgxpool.Pool) error {
 	maxJob := map[string]int64{}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		for _, pool := range []string{chaosLateGrouped, chaosLateOrdered} {
-			if _, err := fanout.ResetPool(ctx, tx, pool, to); err != nil {
+			if _, err := pools.Reset(ctx, tx, pool, to); err != nil {
 				return err
 			}
 			// The reset holds the pool row: every batch of the pool

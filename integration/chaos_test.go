@@ -23,7 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -191,8 +192,8 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(wdb.Close)
 
 	pools := []string{"projection", "hooks", "ordered"}
-	for _, p := range []fanout.PoolParams{{Name: "projection"}, {Name: "hooks"}, {Name: "ordered", Ordering: fanout.OrderingKey}} {
-		_, _, err := fanout.CreatePool(ctx, db, p)
+	for _, p := range []bustype.PoolParams{{Name: "projection"}, {Name: "hooks"}, {Name: "ordered", Ordering: bustype.OrderingKey}} {
+		_, _, err := createPool(ctx, db, p)
 		require.NoError(t, err)
 	}
 	extra := startChaosPools(t, ctx, db)
@@ -774,8 +775,8 @@ chaos:
 			}
 		}
 	}
-	var h *fanout.HorizonStatus
-	require.NoError(t, retryFor(10*time.Second, func() error { var err error; h, err = fanout.GetHorizon(ctx, db); return err }))
+	var h *engine.HorizonStatus
+	require.NoError(t, retryFor(10*time.Second, func() error { var err error; h, err = engine.GetHorizon(ctx, db); return err }))
 	var longCommitted int
 	require.NoError(t, retryFor(10*time.Second, func() error {
 		return db.QueryRow(ctx, `SELECT count(*) FROM riverbus_event WHERE type = 'it.long'`).Scan(&longCommitted)

@@ -16,8 +16,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -34,7 +35,7 @@ func TestWorkWebhookProcess(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "hooks", MaxAttempts: 3, Ordering: fanout.OrderingKey})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "hooks", MaxAttempts: 3, Ordering: bustype.OrderingKey})
 	require.NoError(t, err)
 
 	secret := []byte("a-test-secret-of-some-length-000")
@@ -133,7 +134,7 @@ func TestTailProcess(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "invoices", EventTypes: []string{"invoice.created"}})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "invoices", EventTypes: []string{"invoice.created"}})
 	require.NoError(t, err)
 	fan := start(t, dbURL, "riverbus", []string{"RIVERBUS_LOG_LEVEL=warn", "RIVERBUS_POLL_INTERVAL=100ms"}, "fanout")
 	all := start(t, dbURL, "riverbus", nil, "tail", "--from", "0", "--json")

@@ -8,8 +8,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 // Two `riverbus fanout` processes and three in-process fan-outs on one
@@ -25,7 +28,7 @@ func TestFanoutProcessesKilledMidBatch(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
 	for _, name := range []string{"p1", "p2", "p3"} {
-		_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: name})
+		_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: name})
 		require.NoError(t, err)
 	}
 	// Small batches, so a kill lands in the middle of many of them.
@@ -36,7 +39,7 @@ func TestFanoutProcessesKilledMidBatch(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 3)
 	for range 3 {
-		inProc, err := fanout.New(db, &fanout.Config{BatchSize: 5, PollInterval: 50 * time.Millisecond, Logger: discardLogger()})
+		inProc, err := engine.New(db, &fanout.Config{BatchSize: 5, PollInterval: 50 * time.Millisecond, Logger: discardLogger()})
 		require.NoError(t, err)
 		go func() { done <- inProc.Run(runCtx) }()
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 var binDir string
@@ -157,3 +158,7 @@ func jobCounts(t *testing.T, db *pgxpool.Pool, pool string) map[int64]int {
 	require.NoError(t, rows.Err())
 	return out
 }
+
+// createPool creates a pool (a name that local variables called pools do
+// not shadow).
+var createPool = pools.Create

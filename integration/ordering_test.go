@@ -18,9 +18,12 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -134,18 +137,18 @@ type orderedBundle struct {
 
 // setupOrdered creates the pool, runs a fan-out and a River client with
 // maxWorkers workers on it, all in this process.
-func setupOrdered(t *testing.T, params fanout.PoolParams, maxWorkers int, rec *recorder) *orderedBundle {
+func setupOrdered(t *testing.T, params bustype.PoolParams, maxWorkers int, rec *recorder) *orderedBundle {
 	t.Helper()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
 	params.Name = orderedPoolName
-	_, _, err := fanout.CreatePool(ctx, db, params)
+	_, _, err := pools.Create(ctx, db, params)
 	require.NoError(t, err)
 	if rec.byKey == nil {
 		rec.byKey = map[string][]int64{}
 	}
 	rec.inFlight = map[string]int{}
-	f, err := fanout.New(db, &fanout.Config{PollInterval: 50 * time.Millisecond, BatchSize: 50, Logger: discardLogger()})
+	f, err := engine.New(db, &fanout.Config{PollInterval: 50 * time.Millisecond, BatchSize: 50, Logger: discardLogger()})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	fanDone := make(chan error, 1)
@@ -153,7 +156,7 @@ func setupOrdered(t *testing.T, params fanout.PoolParams, maxWorkers int, rec *r
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, rec)
-	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{fanout.DefaultQueue(orderedPoolName): maxWorkers},
+	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{bustype.DefaultQueue(orderedPoolName): maxWorkers},
 		Workers: ws, Logger: discardLogger()})
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(db), cfg)
@@ -195,7 +198,7 @@ func TestKeyOrderingRetriesKeepOrder(t *testing.T) {
 		_, byKey := rec.snapshotLocked()
 		return attempt <= 2 || len(byKey["k2"]) < 4
 	}}
-	b := setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingKey, MaxAttempts: 100}, 10, rec)
+	b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, MaxAttempts: 100}, 10, rec)
 	k1 := appendKeyed(t, b.db, "k1", 4)
 	k2 := appendKeyed(t, b.db, "k2", 4)
 	require.Equal(t, int64(1), k1[0])
@@ -227,7 +230,7 @@ func indexOf(s []int64, v int64) int {
 func TestGlobalOrdering(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{delay: time.Millisecond, fail: func(seq int64, attempt int) bool { return seq%17 == 0 && attempt == 1 }}
-	b := setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingGlobal}, 20, rec)
+	b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingGlobal}, 20, rec)
 	var all []int64
 	for i := range 10 {
 		all = append(all, appendKeyed(t, b.db, fmt.Sprintf("k%d", i), 15)...)
@@ -243,14 +246,14 @@ func TestGlobalOrdering(t *testing.T) {
 // resumes in order.
 func TestDeadLetterReleaseAndBlock(t *testing.T) {
 	t.Parallel()
-	for _, policy := range []string{fanout.DeadLetterRelease, fanout.DeadLetterBlock} {
-		t.Run(policy, func(t *testing.T) {
+	for _, policy := range []bustype.DeadLetterPolicy{bustype.DeadLetterRelease, bustype.DeadLetterBlock} {
+		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			var poison atomic.Int64
 			poison.Store(1)
 			rec := &recorder{fail: func(seq int64, _ int) bool { return seq == poison.Load() }}
-			b := setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingKey, OnDeadLetter: policy, MaxAttempts: 2}, 10, rec)
+			b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, OnDeadLetter: policy, MaxAttempts: 2}, 10, rec)
 			k := appendKeyed(t, b.db, "k", 3)
 			other := appendKeyed(t, b.db, "other", 2)
 			require.Equal(t, int64(1), k[0])
@@ -263,7 +266,7 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 			eventually(t, 30*time.Second, "other key done", func() bool { _, bk := rec.snapshot(); return len(bk["other"]) == 2 })
 			_, byKey := rec.snapshot()
 			require.Equal(t, other, byKey["other"])
-			if policy == fanout.DeadLetterRelease {
+			if policy == bustype.DeadLetterRelease {
 				eventually(t, 30*time.Second, "k's later events done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 2 })
 				_, byKey = rec.snapshot()
 				require.Equal(t, k[1:], byKey["k"])
@@ -284,7 +287,7 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 			require.Len(t, res, 1)
 			eventually(t, 30*time.Second, "k all done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 })
 			_, byKey = rec.snapshot()
-			if policy == fanout.DeadLetterRelease {
+			if policy == bustype.DeadLetterRelease {
 				require.Equal(t, []int64{k[1], k[2], k[0]}, byKey["k"], "released: successors went on; the retry comes last")
 			} else {
 				require.Equal(t, k, byKey["k"], "blocked: the key resumes in order after the retry")
@@ -307,7 +310,7 @@ func TestRetryDeadLettersOfAKeyInOrder(t *testing.T) {
 	var failing atomic.Bool
 	failing.Store(true)
 	rec := &recorder{fail: func(int64, int) bool { return failing.Load() }}
-	b := setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingKey, MaxAttempts: 1}, 10, rec)
+	b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, MaxAttempts: 1}, 10, rec)
 	k := appendKeyed(t, b.db, "k", 5)
 	eventually(t, 30*time.Second, "five dead letters", func() bool {
 		dls, err := workers.ListDeadLetters(ctx, b.db, workers.DeadLetterListParams{Pool: orderedPoolName})
@@ -329,7 +332,7 @@ func TestUnorderedPoolHasNoPendingJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rec := &recorder{delay: 5 * time.Millisecond}
-	b := setupOrdered(t, fanout.PoolParams{}, 20, rec)
+	b := setupOrdered(t, bustype.PoolParams{}, 20, rec)
 	appendKeyed(t, b.db, "k", 100)
 	eventually(t, 30*time.Second, "all done", func() bool { d, _ := rec.snapshot(); return len(d) == 100 })
 	var laned int
@@ -351,11 +354,11 @@ func TestTransactionGroups(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "groups", Grouping: fanout.GroupTransaction})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "groups", Grouping: bustype.GroupTransaction})
 	require.NoError(t, err)
-	_, _, err = fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "groups-by-key", Grouping: fanout.GroupTransaction, Ordering: fanout.OrderingKey})
+	_, _, err = pools.Create(ctx, db, bustype.PoolParams{Name: "groups-by-key", Grouping: bustype.GroupTransaction, Ordering: bustype.OrderingKey})
 	require.NoError(t, err)
-	f, err := fanout.New(db, &fanout.Config{BatchSize: 100, Logger: discardLogger()})
+	f, err := engine.New(db, &fanout.Config{BatchSize: 100, Logger: discardLogger()})
 	require.NoError(t, err)
 
 	big, err := db.Begin(ctx)
@@ -434,7 +437,7 @@ func TestKeyOrderingAcrossWorkerProcesses(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "by-key", Ordering: fanout.OrderingKey, MaxAttempts: 25})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "by-key", Ordering: bustype.OrderingKey, MaxAttempts: 25})
 	require.NoError(t, err)
 
 	const events, keys = 10_000, 200
@@ -519,7 +522,7 @@ func TestExactlyOnceProjectionUnderKill9(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "projection", MaxAttempts: 25})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "projection", MaxAttempts: 25})
 	require.NoError(t, err)
 	const events = 5000
 	fan := start(t, dbURL, "riverbus", []string{"RIVERBUS_LOG_LEVEL=warn"}, "fanout")

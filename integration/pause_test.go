@@ -10,7 +10,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -33,12 +34,12 @@ func TestPauseResumeReset(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rec := &recorder{}
-	b := setupOrdered(t, fanout.PoolParams{}, 10, rec)
+	b := setupOrdered(t, bustype.PoolParams{}, 10, rec)
 	doneCount := func() int { d, _ := rec.snapshot(); return len(d) }
 	first := appendKeyed(t, b.db, "k", 20)
 	eventually(t, 30*time.Second, "first 20 worked", func() bool { return doneCount() == 20 })
 
-	_, shared, err := fanout.SetPoolStatus(ctx, b.db, orderedPoolName, fanout.PoolPaused)
+	_, shared, err := pools.SetStatus(ctx, b.db, orderedPoolName, bustype.PoolPaused)
 	require.NoError(t, err)
 	require.False(t, shared)
 	second := appendKeyed(t, b.db, "k", 20)
@@ -46,13 +47,13 @@ func TestPauseResumeReset(t *testing.T) {
 	ins, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{})
 	require.NoError(t, err)
 	_, err = ins.Insert(ctx, orderedArgs{workers.Args{Event: outbox.Event{GlobalSequence: 999_999, Key: "manual", Data: json.RawMessage(`{}`)}}},
-		&river.InsertOpts{Queue: fanout.DefaultQueue(orderedPoolName)})
+		&river.InsertOpts{Queue: bustype.DefaultQueue(orderedPoolName)})
 	require.NoError(t, err)
 	never(t, time.Second, "work or fan-out while paused", func() bool {
 		return doneCount() != 20 || len(jobCounts(t, b.db, orderedPoolName)) != 21
 	})
 
-	_, _, err = fanout.SetPoolStatus(ctx, b.db, orderedPoolName, fanout.PoolActive)
+	_, _, err = pools.SetStatus(ctx, b.db, orderedPoolName, bustype.PoolActive)
 	require.NoError(t, err)
 	eventually(t, 30*time.Second, "everything worked after resume", func() bool { return doneCount() == 41 })
 	counts := jobCounts(t, b.db, orderedPoolName)
@@ -60,7 +61,7 @@ func TestPauseResumeReset(t *testing.T) {
 		require.Equal(t, 1, counts[seq], "sequence %d", seq)
 	}
 
-	p, err := fanout.ResetPool(ctx, b.db, orderedPoolName, 0)
+	p, err := pools.Reset(ctx, b.db, orderedPoolName, 0)
 	require.NoError(t, err)
 	require.Zero(t, p.Cursor)
 	require.Zero(t, p.Checkpoint)

@@ -10,8 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -32,11 +35,11 @@ func TestPreparedWriterGap(t *testing.T) {
 	srv, dbURL := pgtest.NewServer(t)
 	db := pgtest.Connect(t, dbURL)
 	const pool = "prepared"
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: pool})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: pool})
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `CREATE TABLE unrelated (id int)`)
 	require.NoError(t, err)
-	f, err := fanout.New(db, &fanout.Config{GapTimeout: time.Hour, Logger: discardLogger()})
+	f, err := engine.New(db, &fanout.Config{GapTimeout: time.Hour, Logger: discardLogger()})
 	require.NoError(t, err)
 
 	// prepare runs f in a transaction with riverbus.notify off and
@@ -80,21 +83,21 @@ func TestPreparedWriterGap(t *testing.T) {
 		require.NoError(t, tx.Rollback(ctx))
 		return res[0].GlobalSequence, appendOne()
 	}
-	horizon := func() *fanout.HorizonStatus {
+	horizon := func() *engine.HorizonStatus {
 		t.Helper()
-		h, err := fanout.GetHorizon(ctx, db)
+		h, err := engine.GetHorizon(ctx, db)
 		require.NoError(t, err)
 		return h
 	}
 	// passUntil runs fan-out passes until cond holds (a restart leaves dead
 	// connections in the pool: a failed pass is tried again).
-	passUntil := func(what string, cond func(h *fanout.HorizonStatus) bool) {
+	passUntil := func(what string, cond func(h *engine.HorizonStatus) bool) {
 		t.Helper()
 		eventually(t, 60*time.Second, what, func() bool {
 			if _, err := f.Pass(ctx); err != nil {
 				return false
 			}
-			h, err := fanout.GetHorizon(ctx, db)
+			h, err := engine.GetHorizon(ctx, db)
 			return err == nil && cond(h)
 		})
 	}
@@ -121,7 +124,7 @@ func TestPreparedWriterGap(t *testing.T) {
 		require.NoError(t, err)
 	})
 	gap, later := rolledBackGap()
-	passUntil("a rolled-back gap passed beside an unrelated prepared transaction", func(h *fanout.HorizonStatus) bool {
+	passUntil("a rolled-back gap passed beside an unrelated prepared transaction", func(h *engine.HorizonStatus) bool {
 		return h.Horizon >= later
 	})
 	require.Zero(t, horizon().GapsSkipped, "proven dead, not skipped")
@@ -139,7 +142,7 @@ func TestPreparedWriterGap(t *testing.T) {
 		return db.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts`).Scan(&prepared) == nil
 	})
 	require.Equal(t, 2, prepared, "both prepared transactions survived the restart")
-	passUntil("a pass after the restart", func(*fanout.HorizonStatus) bool { return true })
+	passUntil("a pass after the restart", func(*engine.HorizonStatus) bool { return true })
 	holds(g)
 	require.Empty(t, jobsOf(t, db, pool, g, after))
 
@@ -147,7 +150,7 @@ func TestPreparedWriterGap(t *testing.T) {
 	gap, later = rolledBackGap()
 	require.Greater(t, gap, after)
 	finish(`COMMIT PREPARED 'rb-commit'`)
-	passUntil("the committed prepared event and those after it delivered", func(h *fanout.HorizonStatus) bool {
+	passUntil("the committed prepared event and those after it delivered", func(h *engine.HorizonStatus) bool {
 		return h.Horizon >= later
 	})
 	require.Equal(t, map[int64]int{g: 1, after: 1}, jobsOf(t, db, pool, g, after))
@@ -160,7 +163,7 @@ func TestPreparedWriterGap(t *testing.T) {
 	after = appendOne()
 	holds(g)
 	finish(`ROLLBACK PREPARED 'rb-rollback'`)
-	passUntil("the rolled-back prepared sequence proven dead", func(h *fanout.HorizonStatus) bool {
+	passUntil("the rolled-back prepared sequence proven dead", func(h *engine.HorizonStatus) bool {
 		return h.Horizon >= after
 	})
 	require.Zero(t, horizon().GapsSkipped, "proven dead, not skipped by the timeout")

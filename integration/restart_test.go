@@ -7,8 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 // PostgreSQL restarts (fast shutdown, every connection cut) while writers,
@@ -22,7 +24,7 @@ func TestDatabaseRestartMidRun(t *testing.T) {
 	ctx := context.Background()
 	srv, dbURL := pgtest.NewServer(t)
 	db := pgtest.Connect(t, dbURL)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "survivor", MaxAttempts: 25})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "survivor", MaxAttempts: 25})
 	require.NoError(t, err)
 
 	env := []string{"RIVERBUS_POLL_INTERVAL=200ms", "RIVERBUS_LOG_LEVEL=warn"}
@@ -55,7 +57,7 @@ func TestDatabaseRestartMidRun(t *testing.T) {
 	for seq := range committed {
 		require.NotEmpty(t, worked[seq], "sequence %d was never worked", seq)
 	}
-	h, err := fanout.GetHorizon(ctx, db)
+	h, err := engine.GetHorizon(ctx, db)
 	require.NoError(t, err)
 	t.Logf("gaps proven dead %d, skipped %d, late %d", h.GapsProvenDead, h.GapsSkipped, h.LateEvents)
 	fan.stop()

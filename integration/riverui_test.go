@@ -23,8 +23,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/ui"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -207,7 +208,7 @@ func setupBlockedKey(t *testing.T) (rec *recorder, b *orderedBundle, poison *ato
 	poison = new(atomic.Int64)
 	poison.Store(1)
 	rec = &recorder{fail: func(seq int64, _ int) bool { return seq == poison.Load() }}
-	b = setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingKey, OnDeadLetter: fanout.DeadLetterBlock, MaxAttempts: 1}, 10, rec)
+	b = setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock, MaxAttempts: 1}, 10, rec)
 	k = appendKeyed(t, b.db, "k", 3)
 	require.Equal(t, int64(1), k[0])
 	eventually(t, 30*time.Second, "a dead letter holding two pending events", func() bool {
@@ -248,7 +249,7 @@ func TestRiverUIRetryOfDeadLetterWaitsForTheKey(t *testing.T) {
 		poison.Store(1)
 		g := newGates(2)
 		rec := &recorder{fail: func(seq int64, _ int) bool { return seq == poison.Load() }, hold: g.hold}
-		b := setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingKey, MaxAttempts: 1}, 10, rec)
+		b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, MaxAttempts: 1}, 10, rec)
 		t.Cleanup(g.openAll)
 		act := newActions(t, b.db)
 		k := appendKeyed(t, b.db, "k", 3)
@@ -279,7 +280,7 @@ func TestRiverUIRetryKeepsTheKeyInLine(t *testing.T) {
 	forEachActions(t, func(t *testing.T, newActions func(*testing.T, *pgxpool.Pool) jobActions) {
 		g := newGates(2)
 		rec := &recorder{hold: g.hold}
-		b := setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingKey}, 10, rec)
+		b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey}, 10, rec)
 		t.Cleanup(g.openAll)
 		act := newActions(t, b.db)
 		k := appendKeyed(t, b.db, "k", 4)
@@ -328,7 +329,7 @@ func TestRiverUICancelAndDeleteReleaseTheKey(t *testing.T) {
 				return 0
 			},
 		}
-		b := setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingKey, MaxAttempts: 5}, 10, rec)
+		b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, MaxAttempts: 5}, 10, rec)
 		t.Cleanup(g.openAll)
 		act := newActions(t, b.db)
 		k := appendKeyed(t, b.db, "k", 6)
@@ -411,7 +412,7 @@ func TestRiverUIOperatorNeverHoldsAKey(t *testing.T) {
 		// Every fifth event fails its first attempt; with one attempt
 		// allowed it becomes a dead letter and holds its key.
 		rec := &recorder{delay: 30 * time.Millisecond, fail: func(seq int64, attempt int) bool { return seq%5 == 0 && attempt == 1 }}
-		b := setupOrdered(t, fanout.PoolParams{Ordering: fanout.OrderingKey, OnDeadLetter: fanout.DeadLetterBlock, MaxAttempts: 1}, 10, rec)
+		b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock, MaxAttempts: 1}, 10, rec)
 		act := newActions(t, b.db)
 		const keys, perKey = 6, 15
 		seqKey := map[int64]string{}
@@ -516,8 +517,8 @@ func TestRiverUIRetryServedByRunProcess(t *testing.T) {
 	ctx := t.Context()
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "blocked", Ordering: fanout.OrderingKey,
-		OnDeadLetter: fanout.DeadLetterBlock, MaxAttempts: 1})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "blocked", Ordering: bustype.OrderingKey,
+		OnDeadLetter: bustype.DeadLetterBlock, MaxAttempts: 1})
 	require.NoError(t, err)
 
 	run := start(t, dbURL, "riverbus", []string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_METRICS_ADDR=127.0.0.1:0",

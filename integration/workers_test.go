@@ -10,9 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -49,7 +52,7 @@ func TestCompetingWorkerProcesses(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "shared", MaxAttempts: 3})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "shared", MaxAttempts: 3})
 	require.NoError(t, err)
 
 	const events = 600
@@ -147,9 +150,9 @@ func TestOutOfOrderCommitCheckpointExact(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "ooo"})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "ooo"})
 	require.NoError(t, err)
-	f, err := fanout.New(db, &fanout.Config{GapTimeout: time.Hour, Logger: discardLogger()})
+	f, err := engine.New(db, &fanout.Config{GapTimeout: time.Hour, Logger: discardLogger()})
 	require.NoError(t, err)
 
 	txA, err := db.Begin(ctx)

@@ -6,8 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 // The row trigger of migration 009 (a lane job back to work goes back in
@@ -17,7 +18,7 @@ func TestLaneGuardOffTheHotPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "ord", Ordering: fanout.OrderingKey})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "ord", Ordering: bustype.OrderingKey})
 	require.NoError(t, err)
 	conn, err := db.Acquire(ctx)
 	require.NoError(t, err)

@@ -23,9 +23,12 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -395,7 +398,7 @@ func TestWorkerRole(t *testing.T) {
 	b := setupRoles(t)
 
 	// Pools are created by the owner, like migrations.
-	_, _, err := fanout.CreatePool(ctx, b.owner, fanout.PoolParams{Name: "billing", MaxAttempts: 1})
+	_, _, err := pools.Create(ctx, b.owner, bustype.PoolParams{Name: "billing", MaxAttempts: 1})
 	require.NoError(t, err)
 
 	app := b.login(t, "riverbus_app")
@@ -413,7 +416,7 @@ func TestWorkerRole(t *testing.T) {
 	logs := &deniedLog{}
 	logger := slog.New(logs)
 
-	f, err := fanout.New(worker, &fanout.Config{Logger: logger})
+	f, err := engine.New(worker, &fanout.Config{Logger: logger})
 	require.NoError(t, err)
 	pass, err := f.Pass(ctx)
 	require.NoError(t, err)
@@ -425,7 +428,7 @@ func TestWorkerRole(t *testing.T) {
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &billingWorker{})
 	cfg, err := workers.ClientConfig(workers.ClientOpts{
-		Queues:  map[string]int{fanout.DefaultQueue("billing"): 3},
+		Queues:  map[string]int{bustype.DefaultQueue("billing"): 3},
 		Workers: ws,
 		Logger:  logger,
 	})
@@ -476,11 +479,11 @@ func TestWorkerRole(t *testing.T) {
 
 	// Pausing, resuming and resetting is the worker's too; creating pools
 	// and changing what they are is not.
-	_, _, err = fanout.SetPoolStatus(ctx, worker, "billing", fanout.PoolPaused)
+	_, _, err = pools.SetStatus(ctx, worker, "billing", bustype.PoolPaused)
 	require.NoError(t, err)
-	_, _, err = fanout.SetPoolStatus(ctx, worker, "billing", fanout.PoolActive)
+	_, _, err = pools.SetStatus(ctx, worker, "billing", bustype.PoolActive)
 	require.NoError(t, err)
-	_, err = fanout.ResetPool(ctx, worker, "billing", 0)
+	_, err = pools.Reset(ctx, worker, "billing", 0)
 	require.NoError(t, err)
 	var updatable []string
 	rows, err := b.owner.Query(ctx, `SELECT a.attname FROM pg_attribute a
@@ -635,7 +638,7 @@ func TestAppCannotStopHorizonOrLanes(t *testing.T) {
 	b := setupRoles(t)
 	app := b.login(t, "riverbus_app")
 	worker := b.login(t, "riverbus_worker")
-	_, _, err := fanout.CreatePool(ctx, b.owner, fanout.PoolParams{Name: "orders", Ordering: fanout.OrderingKey})
+	_, _, err := pools.Create(ctx, b.owner, bustype.PoolParams{Name: "orders", Ordering: bustype.OrderingKey})
 	require.NoError(t, err)
 
 	hold, err := app.Acquire(ctx)
@@ -679,7 +682,7 @@ func TestAppCannotStopHorizonOrLanes(t *testing.T) {
 		_, err := outbox.Append(ctx, app, outbox.Event{Type: "order.placed", Key: "c1", Data: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
-	f, err := fanout.New(worker, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
+	f, err := engine.New(worker, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	passCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

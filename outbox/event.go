@@ -1,27 +1,8 @@
 package outbox
 
-import (
-	"encoding/json"
-	"time"
+import "github.com/riverbus/riverbus/bustype"
 
-	"github.com/google/uuid"
-)
-
-// Event is the event envelope: one row of riverbus_event. River job args of
-// every pool embed it, so its JSON names are a contract.
-//
-// On append, GlobalSequence is ignored (the database assigns it), EventID
-// may be left zero (a UUIDv7 is generated), Data must be valid JSON,
-// Metadata must be a JSON object or empty (stored as {}), and OccurredAt may
-// be left zero (the database's now(), the start time of the appending
-// transaction, is used); it is stored with microsecond precision.
-type Event struct {
-	GlobalSequence int64           `json:"global_sequence"`
-	EventID        uuid.UUID       `json:"event_id"`
-	Type           string          `json:"type"`
-	Key            string          `json:"key"`
-	Tags           []string        `json:"tags"`
-	Data           json.RawMessage `json:"data"`
-	Metadata       json.RawMessage `json:"metadata"`
-	OccurredAt     time.Time       `json:"occurred_at"`
-}
+// Event is the event an application appends: one row of riverbus_event (see
+// bustype.Event for its fields and what append does with each). River job
+// args of every pool carry it, so its JSON names are a contract.
+type Event = bustype.Event

@@ -12,8 +12,11 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -39,7 +42,7 @@ func appendDeepEvent(t *testing.T, db *pgxpool.Pool) int64 {
 
 func fanOut(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
-	f, err := fanout.New(db, &fanout.Config{Logger: discardLogger})
+	f, err := engine.New(db, &fanout.Config{Logger: discardLogger})
 	require.NoError(t, err)
 	for {
 		res, err := f.Pass(context.Background())
@@ -59,7 +62,7 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "invoices"})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "invoices"})
 	require.NoError(t, err)
 	kept := appendDeepEvent(t, db)
 	cleaned := appendDeepEvent(t, db)
@@ -144,7 +147,7 @@ func TestRiverRetryOfUndeliverableRebuildsEnvelope(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "invoices"})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "invoices"})
 	require.NoError(t, err)
 	seq := appendDeepEvent(t, db)
 	fanOut(t, db)
@@ -182,7 +185,7 @@ func TestRiverRetryOfUnrepairedUndeliverableIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "invoices", Ordering: fanout.OrderingKey, OnDeadLetter: fanout.DeadLetterBlock})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "invoices", Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock})
 	require.NoError(t, err)
 	appendDeepEvent(t, db)
 	fanOut(t, db)
@@ -209,7 +212,7 @@ func TestRetryUndeliverableGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "ledger", Grouping: fanout.GroupTransaction})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "ledger", Grouping: bustype.GroupTransaction})
 	require.NoError(t, err)
 	conn, err := db.Acquire(ctx)
 	require.NoError(t, err)

@@ -8,7 +8,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 // The transaction of the big-transaction scenario: bigTxEvents events over
@@ -21,22 +24,22 @@ const (
 // bigTxKind is a kind of pool the big-transaction scenario measures.
 type bigTxKind struct {
 	name   string // pool name and metric label
-	params func(*fanout.PoolParams)
+	params func(*bustype.PoolParams)
 }
 
 var bigTxKinds = []bigTxKind{
-	{"plain", func(*fanout.PoolParams) {}},
-	{"key-ordered", func(p *fanout.PoolParams) { p.Ordering = fanout.OrderingKey }},
-	{"grouped", func(p *fanout.PoolParams) { p.Grouping = fanout.GroupTransaction }},
-	{"grouped-by-key", func(p *fanout.PoolParams) {
-		p.Grouping = fanout.GroupTransaction
-		p.Ordering = fanout.OrderingKey
+	{"plain", func(*bustype.PoolParams) {}},
+	{"key-ordered", func(p *bustype.PoolParams) { p.Ordering = bustype.OrderingKey }},
+	{"grouped", func(p *bustype.PoolParams) { p.Grouping = bustype.GroupTransaction }},
+	{"grouped-by-key", func(p *bustype.PoolParams) {
+		p.Grouping = bustype.GroupTransaction
+		p.Ordering = bustype.OrderingKey
 	}},
 }
 
 // runBigTx: how long after one transaction of bigTxEvents events commits
 // each kind of pool has it delivered (every job inserted, the cursor past
-// its last event), with fanout.Run running: each kind alone, then all
+// its last event), with engine.Run running: each kind alone, then all
 // kinds in one database, where a pool should not wait for the others.
 // Linear per-pool work keeps these at seconds; a grouped pool that re-read
 // the transaction for every batch took minutes.
@@ -63,7 +66,7 @@ func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 		}
 		e.log.Info("bench: measured", "scenario", name, "run", run+1, "pools", "all", "seconds", fmt.Sprint(secs))
 	}
-	note := fmt.Sprintf("one transaction of %d events (%d keys taking turns; grouped jobs of at most 10,000 events), fanout.Run with default Config but GapTimeout %s; time from COMMIT until the pool's cursor passes the transaction, its jobs inserted",
+	note := fmt.Sprintf("one transaction of %d events (%d keys taking turns; grouped jobs of at most 10,000 events), engine.Run with default Config but GapTimeout %s; time from COMMIT until the pool's cursor passes the transaction, its jobs inserted",
 		n, bigTxKeys, phaseTimeout)
 	var rows []Result
 	for _, k := range bigTxKinds {
@@ -76,7 +79,7 @@ func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 }
 
 // bigTxRun creates a pool of each kind in a fresh database, starts
-// fanout.Run, appends one transaction of n events and returns, per pool,
+// engine.Run, appends one transaction of n events and returns, per pool,
 // the seconds from its commit until the pool delivered it.
 func bigTxRun(ctx context.Context, e *env, n int, kinds []bigTxKind) (map[string]float64, error) {
 	d, err := e.newDatabase(ctx, schemaRiverbus)
@@ -90,9 +93,9 @@ func bigTxRun(ctx context.Context, e *env, n int, kinds []bigTxKind) (map[string
 	}
 	defer db.Close()
 	for _, k := range kinds {
-		params := fanout.PoolParams{Name: k.name, From: fanout.FromBeginning}
+		params := bustype.PoolParams{Name: k.name, From: bustype.FromBeginning}
 		k.params(&params)
-		if _, _, err := fanout.CreatePool(ctx, db, params); err != nil {
+		if _, _, err := pools.Create(ctx, db, params); err != nil {
 			return nil, err
 		}
 	}
@@ -101,7 +104,7 @@ func bigTxRun(ctx context.Context, e *env, n int, kinds []bigTxKind) (map[string
 	}
 	// The transaction's COPY takes seconds: the gap it holds open must not
 	// time out and turn its events into late ones.
-	f, err := fanout.New(db, &fanout.Config{GapTimeout: phaseTimeout, Logger: e.quiet})
+	f, err := engine.New(db, &fanout.Config{GapTimeout: phaseTimeout, Logger: e.quiet})
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -88,14 +90,14 @@ func copyEvents(ctx context.Context, db *pgxpool.Pool, n, keys int) (int64, erro
 // createPools creates pools named benchKind (n == 1) or benchKind_1 …
 // benchKind_n, from the beginning of the log, and returns their names.
 // Each option changes the pools' params.
-func createPools(ctx context.Context, db *pgxpool.Pool, n int, opts ...func(*fanout.PoolParams)) ([]string, error) {
+func createPools(ctx context.Context, db *pgxpool.Pool, n int, opts ...func(*bustype.PoolParams)) ([]string, error) {
 	names := poolNames(n)
 	for _, name := range names {
-		params := fanout.PoolParams{Name: name, From: fanout.FromBeginning}
+		params := bustype.PoolParams{Name: name, From: bustype.FromBeginning}
 		for _, o := range opts {
 			o(&params)
 		}
-		if _, _, err := fanout.CreatePool(ctx, db, params); err != nil {
+		if _, _, err := pools.Create(ctx, db, params); err != nil {
 			return nil, err
 		}
 	}
@@ -114,7 +116,7 @@ func poolNames(n int) []string {
 }
 
 // catchUp calls f.Pass until every pool's cursor reaches last.
-func catchUp(ctx context.Context, f *fanout.Fanout, db *pgxpool.Pool, last int64, timeout time.Duration) error {
+func catchUp(ctx context.Context, f *engine.Fanout, db *pgxpool.Pool, last int64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		res, err := f.Pass(ctx)
@@ -124,7 +126,7 @@ func catchUp(ctx context.Context, f *fanout.Fanout, db *pgxpool.Pool, last int64
 		if res.More {
 			continue
 		}
-		pools, err := fanout.ListPools(ctx, db)
+		pools, err := pools.List(ctx, db)
 		if err != nil {
 			return err
 		}
@@ -177,7 +179,7 @@ func rawEvents(n int) []outbox.Event {
 func rawBatches(events []outbox.Event, pools []string) [][]river.InsertManyParams {
 	var batches [][]river.InsertManyParams
 	for _, pool := range pools {
-		opts := &river.InsertOpts{Queue: fanout.DefaultQueue(pool), MaxAttempts: fanout.MaxAttemptsDefault, Priority: fanout.PriorityDefault}
+		opts := &river.InsertOpts{Queue: bustype.DefaultQueue(pool), MaxAttempts: bustype.MaxAttemptsDefault, Priority: bustype.PriorityDefault}
 		for lo := 0; lo < len(events); lo += insertBatch {
 			hi := min(lo+insertBatch, len(events))
 			batch := make([]river.InsertManyParams, 0, hi-lo)

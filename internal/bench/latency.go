@@ -14,7 +14,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -40,7 +42,7 @@ type latencySample struct {
 }
 
 // runLatency: single-event append transactions at rate per second with
-// fanout.Run running, commit → handler start; against River's Insert at the
+// engine.Run running, commit → handler start; against River's Insert at the
 // same rate, commit → Work start.
 func runLatency(ctx context.Context, e *env, name string, rate int) ([]Result, error) {
 	dur := max(time.Duration(float64(latencyDuration)*e.opts.Scale), latencyDurationMin)
@@ -63,7 +65,7 @@ func runLatency(ctx context.Context, e *env, name string, rate int) ([]Result, e
 		p50Target = &Target{Of: "riverbus", Op: "<=", Value: 5}
 		p99Target = &Target{Of: "riverbus", Op: "<=", Value: 25}
 	}
-	note := fmt.Sprintf("%d single-event transactions at %d/s (achieved: riverbus %.0f/s, raw %.0f/s); fanout.Run with default Config; workers.ClientConfig, MaxWorkers %d; raw: Client.Insert with the same settings; job insert = the job's created_at (riverbus: the fan-out's insert)",
+	note := fmt.Sprintf("%d single-event transactions at %d/s (achieved: riverbus %.0f/s, raw %.0f/s); engine.Run with default Config; workers.ClientConfig, MaxWorkers %d; raw: Client.Insert with the same settings; job insert = the job's created_at (riverbus: the fan-out's insert)",
 		n, rate, summarize(pick(rbs, func(s latencySample) float64 { return s.Rate })).Median,
 		summarize(pick(raws, func(s latencySample) float64 { return s.Rate })).Median, latencyWorkers)
 	return []Result{
@@ -98,7 +100,7 @@ func latencyRiverbus(ctx context.Context, e *env, rate, n int) (latencySample, e
 		return latencySample{}, err
 	}
 	defer stopClient(client)
-	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.quiet})
+	f, err := engine.New(fanDB, &fanout.Config{Logger: e.quiet})
 	if err != nil {
 		return latencySample{}, err
 	}
@@ -148,7 +150,7 @@ func latencyRaw(ctx context.Context, e *env, rate, n int) (latencySample, error)
 	if err != nil {
 		return latencySample{}, err
 	}
-	opts := &river.InsertOpts{Queue: benchKind, MaxAttempts: fanout.MaxAttemptsDefault, Priority: fanout.PriorityDefault}
+	opts := &river.InsertOpts{Queue: benchKind, MaxAttempts: bustype.MaxAttemptsDefault, Priority: bustype.PriorityDefault}
 	return p.measure(ctx, rate, n, func(ctx context.Context, i int, id uuid.UUID) error {
 		ev := newEvent(i)
 		ev.GlobalSequence = int64(i + 1)

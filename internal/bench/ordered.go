@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
 )
 
 // The events of ordered-vs-unordered: orderedEvents over orderedKeys keys
@@ -18,16 +18,16 @@ const (
 // the fan-out creates the jobs, and how fast River completes them, with
 // orderedEvents events over orderedKeys keys.
 //
-// It reports itself skipped while fanout.PoolParams has no Ordering field.
+// It reports itself skipped while bustype.PoolParams has no Ordering field.
 // The field is set by reflection, so this package builds whether or not
 // ordered pools exist.
 func runOrdered(ctx context.Context, e *env) ([]Result, error) {
 	const name = "ordered-vs-unordered"
-	ordered := func(p *fanout.PoolParams) { p.Ordering = fanout.OrderingKey }
-	unordered := func(p *fanout.PoolParams) { p.Ordering = fanout.OrderingNone }
+	ordered := func(p *bustype.PoolParams) { p.Ordering = bustype.OrderingKey }
+	unordered := func(p *bustype.PoolParams) { p.Ordering = bustype.OrderingNone }
 	n, keys := e.scaled(orderedEvents, 50), e.scaled(orderedKeys, 10)
 	type sample struct{ Fan, Drain float64 }
-	side := func(opt func(*fanout.PoolParams)) func(ctx context.Context) (sample, error) {
+	side := func(opt func(*bustype.PoolParams)) func(ctx context.Context) (sample, error) {
 		return func(ctx context.Context) (sample, error) {
 			fan, drain, err := fanOutAndDrain(ctx, e, n, keys, opt)
 			return sample{fan, drain}, err

@@ -10,7 +10,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -83,12 +85,12 @@ func runFanout(ctx context.Context, e *env, name string, pools int) ([]Result, e
 type backlog struct {
 	d     *database
 	db    *pgxpool.Pool
-	f     *fanout.Fanout
+	f     *engine.Fanout
 	last  int64
 	close func()
 }
 
-func newBacklog(ctx context.Context, e *env, conns int32, n, keys, pools int, opts ...func(*fanout.PoolParams)) (*backlog, error) {
+func newBacklog(ctx context.Context, e *env, conns int32, n, keys, pools int, opts ...func(*bustype.PoolParams)) (*backlog, error) {
 	d, err := e.newDatabase(ctx, schemaRiverbus)
 	if err != nil {
 		return nil, err
@@ -109,7 +111,7 @@ func newBacklog(ctx context.Context, e *env, conns int32, n, keys, pools int, op
 		if err := d.settle(ctx, db); err != nil {
 			return err
 		}
-		b.f, err = fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
+		b.f, err = engine.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
 		return err
 	}()
 	if err != nil {
@@ -230,7 +232,7 @@ func runDrain(ctx context.Context, e *env) ([]Result, error) {
 // fanOutAndDrain appends n events (keys as for eventKeyOf), creates one
 // pool with opts, and returns how fast the fan-out created the pool's jobs
 // and how fast a River client then completed them.
-func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*fanout.PoolParams)) (fanRate, drainRate float64, err error) {
+func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*bustype.PoolParams)) (fanRate, drainRate float64, err error) {
 	b, err := newBacklog(ctx, e, workerConns, n, keys, 1, opts...)
 	if err != nil {
 		return 0, 0, err

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/config"
 	"github.com/riverbus/riverbus/outbox"
 )
@@ -152,7 +152,7 @@ flags override them. See the README's configuration table.`,
 // settings, an event) rather than a failure to do it: such an error exits
 // 2 with the usage, like a flag that does not parse.
 func isBadInput(err error) bool {
-	return errors.Is(err, fanout.ErrInvalidPool) || errors.Is(err, outbox.ErrInvalidEvent)
+	return errors.Is(err, bustype.ErrInvalidPool) || errors.Is(err, outbox.ErrInvalidEvent)
 }
 
 // joinOptionalValues rewrites "--watch 10s" as "--watch=10s". pflag never

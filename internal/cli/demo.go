@@ -14,7 +14,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -43,14 +44,14 @@ func (auditArgs) Kind() string { return "audit" }
 // third transaction has an invoice.
 const demoPoisonEvery = 450
 
-var demoPools = []fanout.PoolParams{
+var demoPools = []bustype.PoolParams{
 	// billing's poison invoices: 5 attempts within about 5 s (billingWorker.
 	// NextRetry), then a dead letter, and the checkpoint moves on. River's
 	// default backoff would hold billing's checkpoint for some 6 minutes.
 	{Name: "billing", EventTypes: []string{"invoice.created", "invoice.paid"}, MaxAttempts: 5},
 	{Name: "notifications", MaxAttempts: 3},
 	{Name: "audit", MaxAttempts: 10},
-	{Name: "accounts", Ordering: fanout.OrderingKey, MaxAttempts: 10},
+	{Name: "accounts", Ordering: bustype.OrderingKey, MaxAttempts: 10},
 }
 
 // accountsWorker keeps, per customer, the last sequence it applied, in
@@ -148,7 +149,7 @@ func (w *auditWorker) Work(ctx context.Context, job *river.Job[auditArgs]) error
 // started River client working them.
 func setUpDemo(ctx context.Context, db *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
 	for _, p := range demoPools {
-		if _, _, err := fanout.CreatePool(ctx, db, p); err != nil {
+		if _, _, err := pools.Create(ctx, db, p); err != nil {
 			return nil, err
 		}
 	}
@@ -163,7 +164,7 @@ func setUpDemo(ctx context.Context, db *pgxpool.Pool, logger *slog.Logger) (*riv
 	river.AddWorker(ws, &accountsWorker{db: db})
 	queues := map[string]int{}
 	for _, p := range demoPools {
-		queues[fanout.DefaultQueue(p.Name)] = 20
+		queues[bustype.DefaultQueue(p.Name)] = 20
 	}
 	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: queues, Workers: ws, Logger: logger})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -45,7 +45,7 @@ func (a *app) dlqListCommand() *cobra.Command {
 			}
 			defer db.Close()
 			if pool != "" {
-				if _, err := fanout.GetPool(cmd.Context(), db, pool); err != nil {
+				if _, err := pools.Get(cmd.Context(), db, pool); err != nil {
 					return err
 				}
 			}
@@ -151,7 +151,7 @@ func (a *app) dlqActionCommand(verb string) *cobra.Command {
 			defer db.Close()
 			ctx := cmd.Context()
 			if all {
-				if _, err := fanout.GetPool(ctx, db, pool); err != nil {
+				if _, err := pools.Get(ctx, db, pool); err != nil {
 					return err
 				}
 			}

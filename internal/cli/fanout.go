@@ -11,6 +11,7 @@ import (
 
 	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 )
 
 func (a *app) fanoutCommand() *cobra.Command {
@@ -49,7 +50,7 @@ A database outage is logged and retried with backoff.`,
 
 // runFanout runs the fan-out and the checkpoint advancer until ctx ends.
 func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool, onBatch func(fanout.BatchResult)) error {
-	f, err := fanout.New(db, &fanout.Config{
+	f, err := engine.New(db, &fanout.Config{
 		GapTimeout:       a.cfg.GapTimeout,
 		GapCheckInterval: a.cfg.GapCheckInterval,
 		PollInterval:     a.cfg.PollInterval,

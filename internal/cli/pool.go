@@ -13,7 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 func (a *app) poolCommand() *cobra.Command {
@@ -25,7 +27,7 @@ one River job whose kind is the pool name. Worker processes that work that kind
 share the pool's work.`,
 	}
 	cmd.AddCommand(a.poolCreateCommand(false), a.poolCreateCommand(true), a.poolListCommand(), a.poolShowCommand(),
-		a.poolStatusCommand("pause", fanout.PoolPaused), a.poolStatusCommand("resume", fanout.PoolActive),
+		a.poolStatusCommand("pause", bustype.PoolPaused), a.poolStatusCommand("resume", bustype.PoolActive),
 		a.poolResetCommand(), a.poolDeleteCommand())
 	return cmd
 }
@@ -53,7 +55,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 		Example: example,
 		Args:    exactArgs(1, "a pool name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pos, err := fanout.ParseStartPosition(from)
+			pos, err := bustype.ParseStartPosition(from)
 			if err != nil {
 				return &usageError{cmd: cmd, err: fmt.Errorf("--from: %w", err)}
 			}
@@ -62,17 +64,17 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			params := fanout.PoolParams{
+			params := bustype.PoolParams{
 				Name: args[0], Queue: queue, EventTypes: splitList(types), Tags: splitList(tags),
 				MaxAttempts: maxAttempts, Priority: priority, From: pos, Update: update || allowUpdate,
-				Ordering: ordering, OnDeadLetter: onDead, Grouping: group,
+				Ordering: bustype.Ordering(ordering), OnDeadLetter: bustype.DeadLetterPolicy(onDead), Grouping: bustype.Grouping(group),
 			}
 			if update || allowUpdate {
 				// Only the flags given change: the others keep the pool's
 				// current values. `create --update` of a pool that does not
 				// exist yet creates it with the defaults.
-				cur, err := fanout.GetPool(cmd.Context(), db, args[0])
-				if errors.Is(err, fanout.ErrUnknownPool) && allowUpdate {
+				cur, err := pools.Get(cmd.Context(), db, args[0])
+				if errors.Is(err, bustype.ErrUnknownPool) && allowUpdate {
 					cur = nil
 				} else if err != nil {
 					return err
@@ -81,7 +83,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 					keepUnset(&params, cur, cmd.Flags().Changed)
 				}
 			}
-			p, created, err := fanout.CreatePool(cmd.Context(), db, params)
+			p, created, err := pools.Create(cmd.Context(), db, params)
 			if err != nil {
 				return err
 			}
@@ -101,7 +103,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 	f.StringVar(&types, "types", "", "comma-separated event types to deliver (default: all)")
 	f.StringVar(&tags, "tags", "", "comma-separated name=value tags an event must all carry")
 	f.StringVar(&queue, "queue", "", "River queue of the pool's jobs (default: derived from the name)")
-	f.IntVar(&maxAttempts, "max-attempts", 0, fmt.Sprintf("attempts per job before it becomes a dead letter (default %d)", fanout.MaxAttemptsDefault))
+	f.IntVar(&maxAttempts, "max-attempts", 0, fmt.Sprintf("attempts per job before it becomes a dead letter (default %d)", bustype.MaxAttemptsDefault))
 	f.IntVar(&priority, "priority", 0, "River priority of the pool's jobs, 1 (highest) to 4 (default 1)")
 	f.StringVar(&ordering, "ordering", "", "none (default), key (one job per event key at a time, in sequence order), or global (one job at a time)")
 	f.StringVar(&onDead, "on-dead-letter", "", "in an ordered pool, what a dead letter does to its key: release (default: the key goes on) or block (the key waits for dlq retry or purge)")
@@ -116,7 +118,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 // keepUnset sets the settings whose flag was not given (changed reports
 // which were) to the pool's current values, so an update changes only what
 // it names.
-func keepUnset(params *fanout.PoolParams, cur *fanout.Pool, changed func(flag string) bool) {
+func keepUnset(params *bustype.PoolParams, cur *bustype.Pool, changed func(flag string) bool) {
 	for flag, keep := range map[string]func(){
 		"queue":          func() { params.Queue = cur.Queue },
 		"types":          func() { params.EventTypes = cur.EventTypes },
@@ -154,7 +156,7 @@ func (a *app) poolListCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			pools, err := fanout.ListPools(cmd.Context(), db)
+			pools, err := pools.List(cmd.Context(), db)
 			if err != nil {
 				return err
 			}
@@ -190,7 +192,7 @@ func (a *app) poolShowCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			p, err := fanout.GetPool(cmd.Context(), db, args[0])
+			p, err := pools.Get(cmd.Context(), db, args[0])
 			if err != nil {
 				return err
 			}
@@ -199,9 +201,9 @@ func (a *app) poolShowCommand() *cobra.Command {
 	}
 }
 
-func (a *app) poolStatusCommand(verb, status string) *cobra.Command {
+func (a *app) poolStatusCommand(verb string, status bustype.PoolStatus) *cobra.Command {
 	short := "Pause a pool's fan-out and handlers; nothing is lost, resume continues where it stopped"
-	if status == fanout.PoolActive {
+	if status == bustype.PoolActive {
 		short = "Resume a paused pool's fan-out and handlers"
 	}
 	return &cobra.Command{
@@ -215,14 +217,14 @@ func (a *app) poolStatusCommand(verb, status string) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			p, shared, err := fanout.SetPoolStatus(cmd.Context(), db, args[0], status)
+			p, shared, err := pools.SetStatus(cmd.Context(), db, args[0], status)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "pool %s is %s (cursor %d)\n", p.Name, p.Status, p.Cursor)
 			if shared {
 				fmt.Fprintf(a.stdout, "note: River queue %s is shared with other pools, so only the fan-out changed; its workers go on\n", p.Queue)
-			} else if status == fanout.PoolPaused {
+			} else if status == bustype.PoolPaused {
 				fmt.Fprintf(a.stdout, "River queue %s paused too: workers finish the jobs they hold and fetch no more\n", p.Queue)
 			}
 			return nil
@@ -252,7 +254,7 @@ func (a *app) poolResetCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			p, err := fanout.ResetPool(cmd.Context(), db, args[0], seq)
+			p, err := pools.Reset(cmd.Context(), db, args[0], seq)
 			if err != nil {
 				return err
 			}
@@ -282,7 +284,7 @@ func (a *app) poolDeleteCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			if err := fanout.DeletePool(cmd.Context(), db, args[0], force); err != nil {
+			if err := pools.Delete(cmd.Context(), db, args[0], force); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "deleted pool %s\n", args[0])
@@ -301,17 +303,17 @@ func writeJSON(w interface{ Write([]byte) (int, error) }, v any) error {
 
 // orderingLabel is the ordering with its dead-letter policy when it
 // matters: "key/block".
-func orderingLabel(p *fanout.Pool) string {
-	if p.Ordering == fanout.OrderingNone {
-		return p.Ordering
+func orderingLabel(p *bustype.Pool) string {
+	if p.Ordering == bustype.OrderingNone {
+		return string(p.Ordering)
 	}
-	return p.Ordering + "/" + p.OnDeadLetter
+	return string(p.Ordering) + "/" + string(p.OnDeadLetter)
 }
 
 // waitCaughtUp draws the pool's progress until every event up to the
 // horizon seen at the start is finished, or ctx ends.
 func (a *app) waitCaughtUp(ctx context.Context, db *pgxpool.Pool, pool string) error {
-	h, err := fanout.GetHorizon(ctx, db)
+	h, err := engine.GetHorizon(ctx, db)
 	if err != nil {
 		return err
 	}

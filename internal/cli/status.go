@@ -15,8 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 // statusReport is what `riverbus status` shows, and its JSON form.
@@ -31,30 +33,30 @@ type statusReport struct {
 	LateEvents     int64         `json:"late_events_total"`
 	Pools          []*poolReport `json:"pools"`
 
-	// Problems: broken assumptions of the gap proof (fanout.CheckAssumptions).
-	Problems []fanout.Problem `json:"problems"`
+	// Problems: broken assumptions of the gap proof (engine.CheckAssumptions).
+	Problems []engine.Problem `json:"problems"`
 }
 
 // poolReport is one pool in the status. Its LastError is the error that
 // matters most now: that of the job holding the checkpoint (or of what
 // blocks its lane) when it is stuck, else the newest dead letter's.
 type poolReport struct {
-	Name            string           `json:"name"`
-	Status          string           `json:"status"`
-	Ordering        string           `json:"ordering"`
-	Grouping        string           `json:"grouping"`
-	Queue           string           `json:"queue"`
-	StartAfter      int64            `json:"start_after"`
-	Cursor          int64            `json:"cursor"`
-	Checkpoint      int64            `json:"checkpoint"`
-	Lag             int64            `json:"lag"`
-	FannedOut       int64            `json:"events_fanned_out_total"`
-	LateDelivered   int64            `json:"late_events_delivered_total"`
-	Jobs            map[string]int64 `json:"jobs_by_state"`
-	DeadLetters     int64            `json:"dead_letters"`
-	LastError       string           `json:"last_error,omitempty"`
-	CompletedPerMin int64            `json:"completed_last_minute"`
-	Holder          *holderReport    `json:"checkpoint_holder,omitempty"`
+	Name            string             `json:"name"`
+	Status          bustype.PoolStatus `json:"status"`
+	Ordering        string             `json:"ordering"`
+	Grouping        bustype.Grouping   `json:"grouping"`
+	Queue           string             `json:"queue"`
+	StartAfter      int64              `json:"start_after"`
+	Cursor          int64              `json:"cursor"`
+	Checkpoint      int64              `json:"checkpoint"`
+	Lag             int64              `json:"lag"`
+	FannedOut       int64              `json:"events_fanned_out_total"`
+	LateDelivered   int64              `json:"late_events_delivered_total"`
+	Jobs            map[string]int64   `json:"jobs_by_state"`
+	DeadLetters     int64              `json:"dead_letters"`
+	LastError       string             `json:"last_error,omitempty"`
+	CompletedPerMin int64              `json:"completed_last_minute"`
+	Holder          *holderReport      `json:"checkpoint_holder,omitempty"`
 }
 
 // jobReport is a job in the status: one holding a checkpoint, or what
@@ -112,19 +114,19 @@ GROUP BY kind`
 const sqlStatusLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
 
 func loadStatus(ctx context.Context, db *pgxpool.Pool) (*statusReport, error) {
-	h, err := fanout.GetHorizon(ctx, db)
+	h, err := engine.GetHorizon(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	r := &statusReport{At: time.Now(), Horizon: h.Horizon, OpenGaps: h.OpenGaps, WatchedSkipped: h.Watching,
 		GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped, LateEvents: h.LateEvents, Problems: h.Problems}
 	if r.Problems == nil {
-		r.Problems = []fanout.Problem{}
+		r.Problems = []engine.Problem{}
 	}
 	if err := db.QueryRow(ctx, sqlStatusLastSequence).Scan(&r.LastSequence); err != nil {
 		return nil, err
 	}
-	pools, err := fanout.ListPools(ctx, db)
+	pools, err := pools.List(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +287,7 @@ func holderLine(p *poolReport) string {
 	case h.State == "retryable" && h.Attempt < h.MaxAttempts:
 		line += fmt.Sprintf("; after attempt %d it becomes a dead letter", h.MaxAttempts)
 	}
-	if p.Status == fanout.PoolPaused {
+	if p.Status == bustype.PoolPaused {
 		line += "; the pool is paused (riverbus pool resume " + p.Name + ")"
 	}
 	return line
@@ -327,7 +329,7 @@ func (r *statusReport) oneLine() string {
 			fmt.Fprintf(&b, " dead %d", p.DeadLetters)
 		}
 		b.WriteString(heldSummary(p))
-		if p.Status != fanout.PoolActive {
+		if p.Status != bustype.PoolActive {
 			fmt.Fprintf(&b, " [%s]", p.Status)
 		}
 	}

@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgxlisten"
 	"github.com/spf13/cobra"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -58,15 +60,15 @@ pool's filter lets through.`,
 			if err := requireSchema(ctx, db, u); err != nil {
 				return err
 			}
-			var filter *fanout.Pool
+			var filter *bustype.Pool
 			if pool != "" {
-				if filter, err = fanout.GetPool(ctx, db, pool); err != nil {
+				if filter, err = pools.Get(ctx, db, pool); err != nil {
 					return err
 				}
 			}
 			after := from
 			if !cmd.Flags().Changed("from") {
-				h, err := fanout.GetHorizon(ctx, db)
+				h, err := engine.GetHorizon(ctx, db)
 				if err != nil {
 					return err
 				}
@@ -81,7 +83,7 @@ pool's filter lets through.`,
 	return cmd
 }
 
-func (a *app) tail(ctx context.Context, db *pgxpool.Pool, after int64, filter *fanout.Pool, asJSON bool) error {
+func (a *app) tail(ctx context.Context, db *pgxpool.Pool, after int64, filter *bustype.Pool, asJSON bool) error {
 	wake := make(chan struct{}, 1)
 	listener := &pgxlisten.Listener{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {

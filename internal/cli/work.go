@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/spf13/cobra"
 
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
@@ -67,7 +67,7 @@ Run as many as you like; they share the pool's jobs.`,
 			if err := requireSchema(ctx, db, u); err != nil {
 				return err
 			}
-			p, err := fanout.GetPool(ctx, db, pool)
+			p, err := pools.Get(ctx, db, pool)
 			if err != nil {
 				return err
 			}

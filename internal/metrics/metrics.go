@@ -17,8 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
-	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 )
 
 // Namespace is the prefix of every riverbus metric.
@@ -41,7 +42,7 @@ var (
 	descGapsProvenDead = newDesc("gaps_proven_dead_total", "Missing sequences proven rolled back.")
 	descGapsSkipped    = newDesc("gaps_skipped_total", "Missing sequences skipped by the gap timeout.")
 	descLateEvents     = newDesc("late_events_total", "Skipped sequences that committed after all (late events).")
-	descHorizonProblem = newDesc("horizon_problem", "1 while an assumption of the gap proof is broken (see fanout.CheckAssumptions and riverbus status); while one with blocks=\"true\" holds, the horizon proves and skips no gap.", "problem", "blocks")
+	descHorizonProblem = newDesc("horizon_problem", "1 while an assumption of the gap proof is broken (see engine.CheckAssumptions and riverbus status); while one with blocks=\"true\" holds, the horizon proves and skips no gap.", "problem", "blocks")
 
 	descPoolCursor     = newDesc("pool_cursor", "Every event at or below the cursor has been turned into a job of the pool or filtered out.", "pool")
 	descPoolCheckpoint = newDesc("pool_checkpoint", "Every job of the pool for an event at or below the checkpoint is finished (as last stored).", "pool")
@@ -147,8 +148,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descGapsSkipped, prometheus.CounterValue, float64(s.gapsSkipped))
 	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.lateEvents))
 	// Every problem, 0 included, so an alert's series never vanishes.
-	for _, code := range fanout.ProblemCodes {
-		v, blocks := 0.0, fanout.ProblemBlocks(code)
+	for _, code := range engine.ProblemCodes {
+		v, blocks := 0.0, engine.ProblemBlocks(code)
 		for _, p := range s.problems {
 			if p.Code == code {
 				v = 1
@@ -229,7 +230,7 @@ func isKnownState(s string) bool {
 
 type state struct {
 	horizon, gapsProvenDead, gapsSkipped, lateEvents, openGaps, watchedSkipped int64
-	problems                                                                   []fanout.Problem
+	problems                                                                   []engine.Problem
 
 	pools []poolState
 	jobs  map[string]map[string]int64 // pool → state → count
@@ -251,12 +252,12 @@ func (c *Collector) read(ctx context.Context) (*state, error) {
 		err := tx.QueryRow(ctx, sqlHorizon).Scan(&s.horizon, &s.gapsProvenDead, &s.gapsSkipped, &s.lateEvents,
 			&s.openGaps, &s.watchedSkipped)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("read horizon: %w", fanout.ErrHorizonMissing)
+			return fmt.Errorf("read horizon: %w", bustype.ErrHorizonMissing)
 		}
 		if err != nil {
 			return fmt.Errorf("read horizon: %w", err)
 		}
-		if s.problems, err = fanout.CheckAssumptions(ctx, tx); err != nil {
+		if s.problems, err = engine.CheckAssumptions(ctx, tx); err != nil {
 			return err
 		}
 

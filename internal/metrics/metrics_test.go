@@ -19,10 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/metrics"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 // syncBuffer is a log sink for tests.
@@ -87,21 +90,21 @@ func TestCollector(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 
 	// a takes every event, b only type u (none), c is paused.
-	for _, p := range []fanout.PoolParams{
+	for _, p := range []bustype.PoolParams{
 		{Name: "pa"},
 		{Name: "pb", EventTypes: []string{"u"}},
 		{Name: "pc"},
 	} {
-		_, _, err := fanout.CreatePool(ctx, db, p)
+		_, _, err := pools.Create(ctx, db, p)
 		require.NoError(t, err)
 	}
-	_, _, err := fanout.SetPoolStatus(ctx, db, "pc", fanout.PoolPaused)
+	_, _, err := pools.SetStatus(ctx, db, "pc", bustype.PoolPaused)
 	require.NoError(t, err)
 	for range 3 {
 		_, err := db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}')`)
 		require.NoError(t, err)
 	}
-	f, err := fanout.New(db, &fanout.Config{Logger: quiet})
+	f, err := engine.New(db, &fanout.Config{Logger: quiet})
 	require.NoError(t, err)
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)
@@ -219,7 +222,7 @@ WHERE kind = 'pa' AND state = 'available'`)
 func TestCollectorLint(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(t.Context(), db, fanout.PoolParams{Name: "pa"})
+	_, _, err := pools.Create(t.Context(), db, bustype.PoolParams{Name: "pa"})
 	require.NoError(t, err)
 	problems, err := testutil.CollectAndLint(metrics.NewCollector(db, nil))
 	require.NoError(t, err)
@@ -273,7 +276,7 @@ riverbus_up 0
 func TestCollectorScrapeFloodSharesOneRead(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(t.Context(), db, fanout.PoolParams{Name: "pa"})
+	_, _, err := pools.Create(t.Context(), db, bustype.PoolParams{Name: "pa"})
 	require.NoError(t, err)
 	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(db, &metrics.CollectorOpts{MaxAge: time.Hour})))
 	t.Cleanup(srv.Close)

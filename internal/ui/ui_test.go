@@ -15,8 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/ui"
 )
 
@@ -31,11 +34,11 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx := t.Context()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "billing"})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "billing"})
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('invoice.paid', 'inv-1', '{"amount": 42}')`)
 	require.NoError(t, err)
-	f, err := fanout.New(db, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
+	f, err := engine.New(db, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)

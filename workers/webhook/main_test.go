@@ -18,8 +18,11 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -40,7 +43,7 @@ func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(
 type testBundle struct {
 	db     *pgxpool.Pool
 	client *river.Client[pgx.Tx]
-	fanout *fanout.Fanout
+	fanout *engine.Fanout
 }
 
 // setup gives a fresh database with pool "hooks" of maxAttempts, a started
@@ -50,7 +53,7 @@ func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: pool, MaxAttempts: maxAttempts})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: pool, MaxAttempts: maxAttempts})
 	require.NoError(t, err)
 
 	ws := river.NewWorkers()
@@ -60,7 +63,7 @@ func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 	}
 	require.NoError(t, webhook.Register(ws, cfg))
 	rc, err := workers.ClientConfig(workers.ClientOpts{
-		Queues:  map[string]int{fanout.DefaultQueue(pool): 2},
+		Queues:  map[string]int{bustype.DefaultQueue(pool): 2},
 		Workers: ws,
 		Logger:  discardLogger,
 	})
@@ -76,7 +79,7 @@ func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 		require.NoError(t, client.Stop(ctx))
 	})
 
-	f, err := fanout.New(db, &fanout.Config{Logger: discardLogger})
+	f, err := engine.New(db, &fanout.Config{Logger: discardLogger})
 	require.NoError(t, err)
 	return &testBundle{db: db, client: client, fanout: f}
 }

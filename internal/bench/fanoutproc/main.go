@@ -1,5 +1,5 @@
 // Command fanoutproc is the fan-out process of the backlog benchmark
-// (internal/bench): it runs fanout.Run with the default Config against
+// (internal/bench): it runs engine.Run with the default Config against
 // DATABASE_URL until every pool's cursor reaches -target, then prints one
 // JSON line with the catch-up time and its own peak RSS (VmHWM), and exits.
 // It runs as a child process so that its memory is its own.
@@ -22,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 // Result is what fanoutproc prints.
@@ -59,11 +61,11 @@ func run(target int64, timeout time.Duration) error {
 	}
 	defer db.Close()
 
-	pools, err := fanout.ListPools(ctx, db)
+	all, err := pools.List(ctx, db)
 	if err != nil {
 		return err
 	}
-	if len(pools) == 0 {
+	if len(all) == 0 {
 		return errors.New("no pools")
 	}
 	var (
@@ -71,7 +73,7 @@ func run(target int64, timeout time.Duration) error {
 		pending = map[string]bool{}
 		done    = make(chan struct{})
 	)
-	for _, p := range pools {
+	for _, p := range all {
 		if p.Cursor < target {
 			pending[p.Name] = true
 		}
@@ -92,7 +94,7 @@ func run(target int64, timeout time.Duration) error {
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	start := time.Now()
-	f, err := fanout.New(db, &fanout.Config{Logger: logger, OnBatch: func(b fanout.BatchResult) { reached(b.Pool, b.Cursor) }})
+	f, err := engine.New(db, &fanout.Config{Logger: logger, OnBatch: func(b fanout.BatchResult) { reached(b.Pool, b.Cursor) }})
 	if err != nil {
 		return err
 	}
@@ -112,7 +114,7 @@ wait:
 		case <-done:
 			break wait
 		case <-ticker.C:
-			ps, err := fanout.ListPools(ctx, db)
+			ps, err := pools.List(ctx, db)
 			if err == nil {
 				for _, p := range ps {
 					reached(p.Name, p.Cursor)

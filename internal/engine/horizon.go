@@ -1,4 +1,4 @@
-package fanout
+package engine
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/database"
 )
 
 // How the horizon proves a gap (DESIGN.md §2.1).
@@ -334,7 +336,7 @@ type RoundResult struct {
 // with its first statements and COMMIT with its writes: a round that moves
 // the horizon costs two round trips. On anything else (a transaction, say)
 // it runs inside a transaction (or savepoint) begun on it.
-func AdvanceHorizon(ctx context.Context, db DB, gapTimeout time.Duration, pageSize int) (RoundResult, error) {
+func AdvanceHorizon(ctx context.Context, db database.DB, gapTimeout time.Duration, pageSize int) (RoundResult, error) {
 	if pool, ok := db.(*pgxpool.Pool); ok {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
@@ -432,7 +434,7 @@ func horizonRound(ctx context.Context, q roundConn, own bool, gapTimeout time.Du
 			return fmt.Errorf("horizon read: %w", err)
 		}
 		if horizon == nil {
-			return ErrHorizonMissing
+			return bustype.ErrHorizonMissing
 		}
 		in.horizon = *horizon
 		res.Locked = true
@@ -539,7 +541,7 @@ func horizonRound(ctx context.Context, q roundConn, own bool, gapTimeout time.Du
 		}
 		if err := q.SendBatch(ctx, b).Close(); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return ErrHorizonMissing // deleted since the read
+				return bustype.ErrHorizonMissing // deleted since the read
 			}
 			return fmt.Errorf("horizon round: write: %w", err)
 		}
@@ -551,11 +553,10 @@ func horizonRound(ctx context.Context, q roundConn, own bool, gapTimeout time.Du
 	return res, nil
 }
 
-// ErrHorizonMissing is returned by rounds, batches and GetHorizon when the
+// bustype.ErrHorizonMissing is returned by rounds, batches and GetHorizon when the
 // riverbus_horizon row is missing: nothing moves until RepairHorizon (the
 // command `riverbus repair horizon`) recreates it.
-var ErrHorizonMissing = errors.New(`riverbus_horizon has no row: the horizon cannot move and no pool is fanned out; ` +
-	`recreate it with "riverbus repair horizon" (fanout.RepairHorizon), as the schema owner; it is safe while riverbus runs`)
+var ErrHorizonMissing = bustype.ErrHorizonMissing
 
 // RetireLateEvents deletes the records of late events that every pool has
 // handled (and that no skipped range covers any more), with the pools'
@@ -563,7 +564,7 @@ var ErrHorizonMissing = errors.New(`riverbus_horizon has no row: the horizon can
 //
 // It runs with the rounds' settings (sqlTxSettings): JIT off, asynchronous
 // commit.
-func RetireLateEvents(ctx context.Context, db DB) (int64, error) {
+func RetireLateEvents(ctx context.Context, db database.DB) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlTxSettings); err != nil {
@@ -599,13 +600,13 @@ type HorizonStatus struct {
 }
 
 // GetHorizon reads the horizon row, its counters and the problems
-// CheckAssumptions reports. A missing row is ErrHorizonMissing.
-func GetHorizon(ctx context.Context, db DB) (*HorizonStatus, error) {
+// CheckAssumptions reports. A missing row is bustype.ErrHorizonMissing.
+func GetHorizon(ctx context.Context, db database.DB) (*HorizonStatus, error) {
 	var h HorizonStatus
 	err := db.QueryRow(ctx, sqlHorizonGet).Scan(&h.Horizon, &h.GapsProvenDead, &h.GapsSkipped, &h.LateEvents,
 		&h.UpdatedAt, &h.OpenGaps, &h.Watching, &h.WatchingRanges, &h.LatePending)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrHorizonMissing
+		return nil, bustype.ErrHorizonMissing
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read horizon: %w", err)
@@ -707,7 +708,7 @@ func problems(codes, details []string) []Problem {
 // against the horizon, and the assign and notify triggers of
 // riverbus_event. Empty when every one holds. Each horizon round runs the
 // same check; this is for status pages and monitoring.
-func CheckAssumptions(ctx context.Context, db DB) ([]Problem, error) {
+func CheckAssumptions(ctx context.Context, db database.DB) ([]Problem, error) {
 	rows, err := db.Query(ctx, sqlAssumptionsList)
 	if err != nil {
 		return nil, fmt.Errorf("check assumptions: %w", err)
@@ -771,7 +772,7 @@ type RepairHorizonResult struct {
 // leaves an existing row alone. It needs INSERT on riverbus_horizon (the
 // schema owner's; the worker role may only move the row). It is safe while
 // any number of fan-outs run: the row is inserted by one statement, and
-// until then every round and batch fails with ErrHorizonMissing.
+// until then every round and batch fails with bustype.ErrHorizonMissing.
 //
 // The value it picks cannot skip anything. Say H was the horizon before the
 // row was lost: every sequence at or below H is visible, proven dead or in a
@@ -787,7 +788,7 @@ type RepairHorizonResult struct {
 // past its cursor again; and every sequence above the lowest open gap's
 // start stays unproven. With no pool, no range and no late event it is 0.
 // The counters (gaps proven dead, skipped, late events) start again at 0.
-func RepairHorizon(ctx context.Context, db DB) (RepairHorizonResult, error) {
+func RepairHorizon(ctx context.Context, db database.DB) (RepairHorizonResult, error) {
 	var res RepairHorizonResult
 	err := db.QueryRow(ctx, sqlHorizonRepair).Scan(&res.Horizon)
 	switch {

@@ -1,4 +1,4 @@
-package fanout
+package engine
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package fanout_test
+package engine_test
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 )
 
 // deepDepth is deeper than encoding/json accepts (10,000) and than
@@ -97,7 +99,7 @@ func deadLetters(t *testing.T, db *pgxpool.Pool, pool string) map[int64]deadLett
 	return out
 }
 
-func drain(t *testing.T, f *fanout.Fanout) {
+func drain(t *testing.T, f *engine.Fanout) {
 	t.Helper()
 	for pass(t, f).More {
 	}
@@ -111,10 +113,10 @@ func drain(t *testing.T, f *fanout.Fanout) {
 func TestDeepEventBecomesDeadLetter(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "plain"})
-	createPool(t, b.db, fanout.PoolParams{Name: "keyed-block", Ordering: fanout.OrderingKey, OnDeadLetter: fanout.DeadLetterBlock})
-	createPool(t, b.db, fanout.PoolParams{Name: "keyed-release", Ordering: fanout.OrderingKey, OnDeadLetter: fanout.DeadLetterRelease})
-	createPool(t, b.db, fanout.PoolParams{Name: "other", EventTypes: []string{"ok"}})
+	createPool(t, b.db, bustype.PoolParams{Name: "plain"})
+	createPool(t, b.db, bustype.PoolParams{Name: "keyed-block", Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock})
+	createPool(t, b.db, bustype.PoolParams{Name: "keyed-release", Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterRelease})
+	createPool(t, b.db, bustype.PoolParams{Name: "other", EventTypes: []string{"ok"}})
 	f := newFanout(t, b.db, fanout.Config{})
 
 	first := appendOK(t, b.db, "a")
@@ -170,9 +172,9 @@ func TestDeepEventBecomesDeadLetter(t *testing.T) {
 // the events around it are delivered.
 func TestOversizedEnvelopeBecomesDeadLetter(t *testing.T) {
 	b := setup(t)
-	defer fanout.SetEnvelopeMaxBytes(4096)()
-	createPool(t, b.db, fanout.PoolParams{Name: "plain"})
-	createPool(t, b.db, fanout.PoolParams{Name: "keyed", Ordering: fanout.OrderingKey})
+	defer engine.SetEnvelopeMaxBytes(4096)()
+	createPool(t, b.db, bustype.PoolParams{Name: "plain"})
+	createPool(t, b.db, bustype.PoolParams{Name: "keyed", Ordering: bustype.OrderingKey})
 	f := newFanout(t, b.db, fanout.Config{})
 	before := appendOK(t, b.db, "a")
 	var big int64
@@ -202,7 +204,7 @@ func TestEnvelopeOverJSONBLimitBecomesDeadLetter(t *testing.T) {
 	ctx := context.Background()
 	_, err := b.db.Exec(ctx, `ALTER TABLE riverbus_event DROP CONSTRAINT riverbus_event_size`)
 	require.NoError(t, err)
-	createPool(t, b.db, fanout.PoolParams{Name: "plain"})
+	createPool(t, b.db, bustype.PoolParams{Name: "plain"})
 	f := newFanout(t, b.db, fanout.Config{})
 	before := appendOK(t, b.db, "a")
 	var big int64
@@ -224,9 +226,9 @@ func TestFailingPoolDoesNotDelayOthers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	createPool(t, b.db, fanout.PoolParams{Name: "healthy"})
-	createPool(t, b.db, fanout.PoolParams{Name: "hanging"})
-	createPool(t, b.db, fanout.PoolParams{Name: "failing"})
+	createPool(t, b.db, bustype.PoolParams{Name: "healthy"})
+	createPool(t, b.db, bustype.PoolParams{Name: "hanging"})
+	createPool(t, b.db, bustype.PoolParams{Name: "failing"})
 	// The hanging pool's inserts wait for an advisory lock this test holds;
 	// the failing pool's fail.
 	_, err := b.db.Exec(ctx, `CREATE FUNCTION test_block_pool() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -275,8 +277,8 @@ func TestJobsTakeTheDatabaseClock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	createPool(t, b.db, fanout.PoolParams{Name: "plain"})
-	createPool(t, b.db, fanout.PoolParams{Name: "keyed", Ordering: fanout.OrderingKey})
+	createPool(t, b.db, bustype.PoolParams{Name: "plain"})
+	createPool(t, b.db, bustype.PoolParams{Name: "keyed", Ordering: bustype.OrderingKey})
 	f := newFanout(t, b.db, fanout.Config{})
 	check := func(path string) {
 		t.Helper()

@@ -1,4 +1,4 @@
-package fanout_test
+package engine_test
 
 import (
 	"context"
@@ -13,8 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -36,7 +39,7 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-func newFanout(t *testing.T, db *pgxpool.Pool, cfg fanout.Config) *fanout.Fanout {
+func newFanout(t *testing.T, db *pgxpool.Pool, cfg fanout.Config) *engine.Fanout {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
@@ -44,13 +47,13 @@ func newFanout(t *testing.T, db *pgxpool.Pool, cfg fanout.Config) *fanout.Fanout
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
-	f, err := fanout.New(db, &cfg)
+	f, err := engine.New(db, &cfg)
 	require.NoError(t, err)
 	return f
 }
 
 // runFanout runs f in the background until the test ends.
-func runFanout(t *testing.T, f *fanout.Fanout) {
+func runFanout(t *testing.T, f *engine.Fanout) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -66,9 +69,9 @@ func runFanout(t *testing.T, f *fanout.Fanout) {
 	})
 }
 
-func createPool(t *testing.T, db *pgxpool.Pool, params fanout.PoolParams) *fanout.Pool {
+func createPool(t *testing.T, db *pgxpool.Pool, params bustype.PoolParams) *bustype.Pool {
 	t.Helper()
-	p, _, err := fanout.CreatePool(context.Background(), db, params)
+	p, _, err := pools.Create(context.Background(), db, params)
 	require.NoError(t, err)
 	return p
 }
@@ -115,9 +118,9 @@ func jobs(t *testing.T, db *pgxpool.Pool, pool string) (map[int64]int, map[int64
 	return counts, late
 }
 
-func horizon(t *testing.T, db *pgxpool.Pool) *fanout.HorizonStatus {
+func horizon(t *testing.T, db *pgxpool.Pool) *engine.HorizonStatus {
 	t.Helper()
-	h, err := fanout.GetHorizon(context.Background(), db)
+	h, err := engine.GetHorizon(context.Background(), db)
 	require.NoError(t, err)
 	return h
 }
@@ -133,7 +136,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-func pass(t *testing.T, f *fanout.Fanout) fanout.PassResult {
+func pass(t *testing.T, f *engine.Fanout) engine.PassResult {
 	t.Helper()
 	res, err := f.Pass(context.Background())
 	require.NoError(t, err)
@@ -144,8 +147,8 @@ func TestOutOfOrderCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pa"})
-	createPool(t, b.db, fanout.PoolParams{Name: "pb"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pa"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pb"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
 
 	txA, n := openWriter(t, b.db)
@@ -166,7 +169,7 @@ func TestOutOfOrderCommit(t *testing.T) {
 		counts, late := jobs(t, b.db, pool)
 		require.Equal(t, map[int64]int{n: 1, n1: 1}, counts, pool)
 		require.False(t, late[n])
-		p, err := fanout.GetPool(ctx, b.db, pool)
+		p, err := pools.Get(ctx, b.db, pool)
 		require.NoError(t, err)
 		require.Equal(t, n1, p.Cursor)
 		require.Equal(t, int64(2), p.EventsFannedOut)
@@ -177,7 +180,7 @@ func TestInFlightGapHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour, GapCheckInterval: 5 * time.Millisecond})
 	runFanout(t, f)
 
@@ -214,7 +217,7 @@ func TestRolledBackGapIsProvenNotTimedOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 30 * time.Second})
 	runFanout(t, f)
 
@@ -249,7 +252,7 @@ func TestUnrelatedLongTransactionDoesNotStallProof(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
 
 	pinned, err := b.db.Begin(ctx)
@@ -287,7 +290,7 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 700 * time.Millisecond})
 
 	pinned, err := b.db.Begin(ctx)
@@ -334,9 +337,9 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pa"})
-	createPool(t, b.db, fanout.PoolParams{Name: "pb"})
-	createPool(t, b.db, fanout.PoolParams{Name: "other-type", EventTypes: []string{"nope"}})
+	createPool(t, b.db, bustype.PoolParams{Name: "pa"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pb"})
+	createPool(t, b.db, bustype.PoolParams{Name: "other-type", EventTypes: []string{"nope"}})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
 	runFanout(t, f)
 
@@ -369,7 +372,7 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 		require.Equal(t, map[int64]int{n: 1, after: 1}, c, pool)
 		require.True(t, late[n], "late job flagged")
 		require.False(t, late[after])
-		p, err := fanout.GetPool(ctx, b.db, pool)
+		p, err := pools.Get(ctx, b.db, pool)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), p.LateEventsDelivered)
 	}
@@ -387,8 +390,8 @@ func TestLateEventBeforeResetPointNotDelivered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "kept"})
-	createPool(t, b.db, fanout.PoolParams{Name: "moved"})
+	createPool(t, b.db, bustype.PoolParams{Name: "kept"})
+	createPool(t, b.db, bustype.PoolParams{Name: "moved"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
 	runFanout(t, f)
 
@@ -399,7 +402,7 @@ func TestLateEventBeforeResetPointNotDelivered(t *testing.T) {
 		cm, _ := jobs(t, b.db, "moved")
 		return ck[after] == 1 && cm[after] == 1
 	})
-	_, err := fanout.ResetPool(ctx, b.db, "moved", after)
+	_, err := pools.Reset(ctx, b.db, "moved", after)
 	require.NoError(t, err)
 	require.NoError(t, txA.Commit(ctx))
 	eventually(t, 10*time.Second, "late event delivered to the pool that kept its start", func() bool {
@@ -423,9 +426,9 @@ func TestBurstWithRollbacksAndSeveralFanouts(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	b := &testBundle{db: pgtest.Connect(t, url)}
-	createPool(t, b.db, fanout.PoolParams{Name: "all"})
-	createPool(t, b.db, fanout.PoolParams{Name: "all-2"})
-	createPool(t, b.db, fanout.PoolParams{Name: "odd", EventTypes: []string{"odd"}})
+	createPool(t, b.db, bustype.PoolParams{Name: "all"})
+	createPool(t, b.db, bustype.PoolParams{Name: "all-2"})
+	createPool(t, b.db, bustype.PoolParams{Name: "odd", EventTypes: []string{"odd"}})
 	// The fan-outs get their own connections, as they would in their own
 	// processes, so 50 writers cannot starve them; the gap timeout is far
 	// above the test's length, so any gap passed must have been proven.
@@ -521,9 +524,9 @@ func TestCatchUpAndLiveHandOff(t *testing.T) {
 	for range 25 {
 		old = append(old, appendEvent(t, b.db, "t"))
 	}
-	createPool(t, b.db, fanout.PoolParams{Name: "from-beginning", From: fanout.FromBeginning})
-	createPool(t, b.db, fanout.PoolParams{Name: "from-now", From: fanout.FromNow})
-	createPool(t, b.db, fanout.PoolParams{Name: "from-seq", From: fanout.FromSequence(old[9])})
+	createPool(t, b.db, bustype.PoolParams{Name: "from-beginning", From: bustype.FromBeginning})
+	createPool(t, b.db, bustype.PoolParams{Name: "from-now", From: bustype.FromNow})
+	createPool(t, b.db, bustype.PoolParams{Name: "from-seq", From: bustype.FromSequence(old[9])})
 	f := newFanout(t, b.db, fanout.Config{BatchSize: 7})
 	runFanout(t, f)
 
@@ -554,7 +557,7 @@ func TestCatchUpAndLiveHandOff(t *testing.T) {
 	})
 	c, _ = jobs(t, b.db, "from-seq")
 	require.Equal(t, expect(all[10:]), c)
-	p, err := fanout.GetPool(ctx, b.db, "from-now")
+	p, err := pools.Get(ctx, b.db, "from-now")
 	require.NoError(t, err)
 	require.Equal(t, live[len(live)-1], p.Cursor)
 }
@@ -563,9 +566,9 @@ func TestFilters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "orders", EventTypes: []string{"order.placed", "order.paid"}})
-	createPool(t, b.db, fanout.PoolParams{Name: "eu", Tags: []string{"region=eu"}})
-	createPool(t, b.db, fanout.PoolParams{Name: "eu-paid", EventTypes: []string{"order.paid"}, Tags: []string{"region=eu", "tier=gold"}})
+	createPool(t, b.db, bustype.PoolParams{Name: "orders", EventTypes: []string{"order.placed", "order.paid"}})
+	createPool(t, b.db, bustype.PoolParams{Name: "eu", Tags: []string{"region=eu"}})
+	createPool(t, b.db, bustype.PoolParams{Name: "eu-paid", EventTypes: []string{"order.paid"}, Tags: []string{"region=eu", "tier=gold"}})
 	f := newFanout(t, b.db, fanout.Config{})
 
 	placedEU := appendEvent(t, b.db, "order.placed", "region=eu")
@@ -582,7 +585,7 @@ func TestFilters(t *testing.T) {
 	c, _ = jobs(t, b.db, "eu-paid")
 	require.Equal(t, map[int64]int{paidEUGold: 1}, c)
 	for _, name := range []string{"orders", "eu", "eu-paid"} {
-		p, err := fanout.GetPool(ctx, b.db, name)
+		p, err := pools.Get(ctx, b.db, name)
 		require.NoError(t, err)
 		require.Equal(t, shipped, p.Cursor, "cursor advances past non-matching events")
 	}
@@ -592,7 +595,7 @@ func TestJobLayout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "billing.v2", MaxAttempts: 3, Priority: 2})
+	createPool(t, b.db, bustype.PoolParams{Name: "billing.v2", MaxAttempts: 3, Priority: 2})
 	seq := appendEvent(t, b.db, "invoice.created", "a=b")
 	pass(t, newFanout(t, b.db, fanout.Config{}))
 
@@ -620,15 +623,15 @@ func TestPausedPoolIsNotFannedOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{})
-	_, _, err := fanout.SetPoolStatus(ctx, b.db, "pp", fanout.PoolPaused)
+	_, _, err := pools.SetStatus(ctx, b.db, "pp", bustype.PoolPaused)
 	require.NoError(t, err)
 	seq := appendEvent(t, b.db, "t")
 	pass(t, f)
 	c, _ := jobs(t, b.db, "pp")
 	require.Empty(t, c)
-	_, _, err = fanout.SetPoolStatus(ctx, b.db, "pp", fanout.PoolActive)
+	_, _, err = pools.SetStatus(ctx, b.db, "pp", bustype.PoolActive)
 	require.NoError(t, err)
 	pass(t, f)
 	c, _ = jobs(t, b.db, "pp")
@@ -640,29 +643,29 @@ func TestPoolAPI(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 
-	p, created, err := fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "billing", EventTypes: []string{"b", "a", "a"}})
+	p, created, err := pools.Create(ctx, b.db, bustype.PoolParams{Name: "billing", EventTypes: []string{"b", "a", "a"}})
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, []string{"a", "b"}, p.EventTypes)
 	require.Equal(t, "billing", p.Queue)
-	require.Equal(t, fanout.MaxAttemptsDefault, p.MaxAttempts)
-	require.Equal(t, fanout.PoolActive, p.Status)
+	require.Equal(t, bustype.MaxAttemptsDefault, p.MaxAttempts)
+	require.Equal(t, bustype.PoolActive, p.Status)
 
 	// Same settings: no-op.
-	_, created, err = fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "billing", EventTypes: []string{"a", "b"}})
+	_, created, err = pools.Create(ctx, b.db, bustype.PoolParams{Name: "billing", EventTypes: []string{"a", "b"}})
 	require.NoError(t, err)
 	require.False(t, created)
 
 	// Other settings: refused unless Update.
-	_, _, err = fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "billing", MaxAttempts: 3})
-	require.ErrorIs(t, err, fanout.ErrPoolExists)
-	p, created, err = fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "billing", MaxAttempts: 3, Update: true})
+	_, _, err = pools.Create(ctx, b.db, bustype.PoolParams{Name: "billing", MaxAttempts: 3})
+	require.ErrorIs(t, err, bustype.ErrPoolExists)
+	p, created, err = pools.Create(ctx, b.db, bustype.PoolParams{Name: "billing", MaxAttempts: 3, Update: true})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, 3, p.MaxAttempts)
 	require.Empty(t, p.EventTypes)
 
-	for _, bad := range []fanout.PoolParams{
+	for _, bad := range []bustype.PoolParams{
 		{Name: ""},
 		{Name: "x"}, // River refuses one-character kinds
 		{Name: "has space"},
@@ -673,24 +676,24 @@ func TestPoolAPI(t *testing.T) {
 		{Name: "ok", MaxAttempts: -1},
 		{Name: "ok", Priority: 5},
 	} {
-		_, _, err := fanout.CreatePool(ctx, b.db, bad)
-		require.ErrorIs(t, err, fanout.ErrInvalidPool, "%+v", bad)
+		_, _, err := pools.Create(ctx, b.db, bad)
+		require.ErrorIs(t, err, bustype.ErrInvalidPool, "%+v", bad)
 	}
 
-	_, err = fanout.GetPool(ctx, b.db, "nope")
-	require.ErrorIs(t, err, fanout.ErrUnknownPool)
+	_, err = pools.Get(ctx, b.db, "nope")
+	require.ErrorIs(t, err, bustype.ErrUnknownPool)
 	require.Contains(t, err.Error(), "billing")
 
-	_, err = fanout.ParseStartPosition("yesterday")
-	require.ErrorIs(t, err, fanout.ErrInvalidPool)
-	pos, err := fanout.ParseStartPosition("42")
+	_, err = bustype.ParseStartPosition("yesterday")
+	require.ErrorIs(t, err, bustype.ErrInvalidPool)
+	pos, err := bustype.ParseStartPosition("42")
 	require.NoError(t, err)
 	require.Equal(t, "42", pos.String())
 
-	require.Equal(t, "billing_v2", fanout.DefaultQueue("Billing.v2"))
-	require.Equal(t, "a_b", fanout.DefaultQueue("a::b"))
-	require.Equal(t, "now", fanout.FromNow.String())
-	require.Equal(t, "beginning", fanout.StartPosition{}.String(), "zero value is the beginning")
+	require.Equal(t, "billing_v2", bustype.DefaultQueue("Billing.v2"))
+	require.Equal(t, "a_b", bustype.DefaultQueue("a::b"))
+	require.Equal(t, "now", bustype.FromNow.String())
+	require.Equal(t, "beginning", bustype.StartPosition{}.String(), "zero value is the beginning")
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -702,10 +705,10 @@ func TestConfigValidation(t *testing.T) {
 		{BatchSize: 1_000_000},
 		{Workers: -2},
 	} {
-		_, err := fanout.New(db, &cfg)
+		_, err := engine.New(db, &cfg)
 		require.Error(t, err)
 	}
-	_, err := fanout.New(nil, nil)
+	_, err := engine.New(nil, nil)
 	require.Error(t, err)
 }
 
@@ -717,7 +720,7 @@ func TestGapHeldForWriterWithNewestXid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
 
 	txH, err := b.db.Begin(ctx)
@@ -756,14 +759,14 @@ func TestNewPoolFromBeginningOverAHole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "old"})
+	createPool(t, b.db, bustype.PoolParams{Name: "old"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
 	before := appendEvent(t, b.db, "t")
 	txA, held := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "t")
 	pass(t, f)
 
-	createPool(t, b.db, fanout.PoolParams{Name: "new", From: fanout.FromBeginning})
+	createPool(t, b.db, bustype.PoolParams{Name: "new", From: bustype.FromBeginning})
 	pass(t, f)
 	c, _ := jobs(t, b.db, "new")
 	require.Equal(t, map[int64]int{before: 1}, c, "nothing past the hole yet")
@@ -787,7 +790,7 @@ func TestGapWithXidBoundFromAnotherClusterDoesNotStall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
 	txA, n := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "t")
@@ -812,11 +815,11 @@ func TestLateEventRetiredWhenLaggingPoolReadsItNormally(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "ahead"})
-	createPool(t, b.db, fanout.PoolParams{Name: "behind"})
+	createPool(t, b.db, bustype.PoolParams{Name: "ahead"})
+	createPool(t, b.db, bustype.PoolParams{Name: "behind"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 100 * time.Millisecond})
 
-	_, _, err := fanout.SetPoolStatus(ctx, b.db, "behind", fanout.PoolPaused)
+	_, _, err := pools.SetStatus(ctx, b.db, "behind", bustype.PoolPaused)
 	require.NoError(t, err)
 	txA, n := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "after")
@@ -829,7 +832,7 @@ func TestLateEventRetiredWhenLaggingPoolReadsItNormally(t *testing.T) {
 	require.Equal(t, map[int64]int{n: 1, after: 1}, ca)
 	require.True(t, late[n])
 
-	_, _, err = fanout.SetPoolStatus(ctx, b.db, "behind", fanout.PoolActive)
+	_, _, err = pools.SetStatus(ctx, b.db, "behind", bustype.PoolActive)
 	require.NoError(t, err)
 	for range 3 {
 		pass(t, f)
@@ -851,7 +854,7 @@ func TestLaneLockYieldsToMultiBucketRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "ord", Ordering: fanout.OrderingKey})
+	createPool(t, b.db, bustype.PoolParams{Name: "ord", Ordering: bustype.OrderingKey})
 	f := newFanout(t, b.db, fanout.Config{})
 
 	// Two keys in different buckets: lo's bucket sorts first.
@@ -876,7 +879,7 @@ func TestLaneLockYieldsToMultiBucketRelease(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for horizon(t, b.db).Horizon < 2 {
-		_, err := fanout.AdvanceHorizon(ctx, b.db, time.Second, 100)
+		_, err := engine.AdvanceHorizon(ctx, b.db, time.Second, 100)
 		require.NoError(t, err)
 	}
 

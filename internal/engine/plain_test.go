@@ -1,4 +1,4 @@
-package fanout_test
+package engine_test
 
 import (
 	"context"
@@ -8,7 +8,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -19,10 +21,10 @@ func TestPlainPathMatchesGeneralPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "all", Queue: "q-all", MaxAttempts: 7, Priority: 3})
-	createPool(t, b.db, fanout.PoolParams{Name: "typed", EventTypes: []string{"order.placed", "order.paid"}})
-	createPool(t, b.db, fanout.PoolParams{Name: "tagged", Tags: []string{"tenant=acme"}})
-	createPool(t, b.db, fanout.PoolParams{Name: "keyed", Ordering: fanout.OrderingKey})
+	createPool(t, b.db, bustype.PoolParams{Name: "all", Queue: "q-all", MaxAttempts: 7, Priority: 3})
+	createPool(t, b.db, bustype.PoolParams{Name: "typed", EventTypes: []string{"order.placed", "order.paid"}})
+	createPool(t, b.db, bustype.PoolParams{Name: "tagged", Tags: []string{"tenant=acme"}})
+	createPool(t, b.db, bustype.PoolParams{Name: "keyed", Ordering: bustype.OrderingKey})
 	f := newFanout(t, b.db, fanout.Config{BatchSize: 3})
 
 	appendSome := func() {
@@ -104,7 +106,7 @@ func TestPlainPathMatchesGeneralPath(t *testing.T) {
 			got[i].Data, got[i].Metadata = evs[i].Data, evs[i].Metadata
 			require.Equal(t, evs[i], got[i], pool)
 		}
-		p, err := fanout.GetPool(ctx, b.db, pool)
+		p, err := pools.Get(ctx, b.db, pool)
 		require.NoError(t, err)
 		require.Equal(t, events[len(events)-1].GlobalSequence, p.Cursor, pool)
 		require.Equal(t, int64(len(evs)), p.EventsFannedOut, pool)
@@ -137,7 +139,7 @@ BEGIN RAISE EXCEPTION USING ERRCODE = 'undefined_function', MESSAGE = 'function 
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 
-	createPool(t, db, fanout.PoolParams{Name: "plain"})
+	createPool(t, db, bustype.PoolParams{Name: "plain"})
 	f := newFanout(t, db, fanout.Config{})
 	first := appendEvent(t, db, "a")
 	drain(t, f)

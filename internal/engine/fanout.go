@@ -1,4 +1,4 @@
-package fanout
+package engine
 
 import (
 	"cmp"
@@ -16,54 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
+	"github.com/riverbus/riverbus/fanout"
 )
 
-// Defaults of Config fields.
-const (
-	GapTimeoutDefault       = 5 * time.Second
-	GapCheckIntervalDefault = 10 * time.Millisecond
-	PollIntervalDefault     = time.Second
-	BatchSizeDefault        = 1000
-	WorkersDefault          = 4
-	horizonPageSize         = 10_000
-)
-
-// Config configures a Fanout. Zero fields take their defaults.
-type Config struct {
-	// GapTimeout is how long the horizon waits at a missing sequence that it
-	// cannot prove rolled back before skipping it (it is then watched, and
-	// delivered late if it commits). Default GapTimeoutDefault.
-	GapTimeout time.Duration
-	// GapCheckInterval is how often the horizon looks again while a gap is
-	// open: a rolled-back gap costs about this much. Default
-	// GapCheckIntervalDefault.
-	GapCheckInterval time.Duration
-	// PollInterval bounds how long a lost notification can delay delivery.
-	// Default PollIntervalDefault.
-	PollInterval time.Duration
-	// BatchSize is the most events one pool transaction turns into jobs.
-	// Default BatchSizeDefault.
-	BatchSize int
-	// Workers is how many pools this instance fans out at the same time.
-	// Default WorkersDefault.
-	Workers int
-	// Logger receives logs. Default: slog.Default().
-	Logger *slog.Logger
-	// OnBatch, when set, is called after each committed pool batch. Tests
-	// and metrics use it.
-	OnBatch func(BatchResult)
-}
-
-// BatchResult describes one committed pool batch.
-type BatchResult struct {
-	Pool   string
-	Jobs   int   // jobs inserted (late ones included)
-	Late   int   // late events delivered
-	Cursor int64 // cursor after the batch
-	// Undeliverable counts the jobs (of Jobs) that could not be built or
-	// inserted and became dead letters at once.
-	Undeliverable int
-}
+const horizonPageSize = 10_000
 
 // Stats are this instance's counters since New.
 type Stats struct {
@@ -83,7 +39,7 @@ type Stats struct {
 // database; they share the work through row and table locks.
 type Fanout struct {
 	db     *pgxpool.Pool
-	cfg    Config
+	cfg    fanout.Config
 	logger *slog.Logger
 
 	mu    sync.Mutex
@@ -107,19 +63,19 @@ type Fanout struct {
 }
 
 // New validates cfg and returns a Fanout. It does not touch the database.
-func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
-	c := Config{}
+func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
+	c := fanout.Config{}
 	if cfg != nil {
 		c = *cfg
 	}
-	c.GapTimeout = cmp.Or(c.GapTimeout, GapTimeoutDefault)
-	c.GapCheckInterval = cmp.Or(c.GapCheckInterval, GapCheckIntervalDefault)
-	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.GapTimeout = cmp.Or(c.GapTimeout, fanout.GapTimeoutDefault)
+	c.GapCheckInterval = cmp.Or(c.GapCheckInterval, fanout.GapCheckIntervalDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, fanout.PollIntervalDefault)
 	if c.BatchSize == 0 {
-		c.BatchSize = BatchSizeDefault
+		c.BatchSize = fanout.BatchSizeDefault
 	}
 	if c.Workers == 0 {
-		c.Workers = WorkersDefault
+		c.Workers = fanout.WorkersDefault
 	}
 	switch {
 	case c.GapTimeout < 0:
@@ -308,13 +264,13 @@ type poolRun struct {
 
 type poolDone struct {
 	name string
-	res  BatchResult
+	res  fanout.BatchResult
 	full bool
 	err  error
 }
 
 // poolLoop fans out every active pool until ctx ends, each on its own: a
-// batch per pool at a time, at most Config.Workers batches at once, the
+// batch per pool at a time, at most fanout.Config.Workers batches at once, the
 // pools that waited longest first. A pool runs again at once while its
 // batches are full, and when woken (the horizon moved, a notification, the
 // poll interval). A failing pool backs off alone: the others go on at their

@@ -1,4 +1,4 @@
-package fanout_test
+package engine_test
 
 import (
 	"context"
@@ -10,8 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 )
 
 type hookTracer struct{ onEventsRead func() }
@@ -44,7 +47,7 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 	// statements. (A plain pool's batch is one statement, one snapshot; it
 	// stays on the plain path while the skipped range holds no committed
 	// event, so the hook below would never fire for it.)
-	_, _, err := fanout.CreatePool(ctx, db, fanout.PoolParams{Name: "pp", Ordering: fanout.OrderingKey})
+	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "pp", Ordering: bustype.OrderingKey})
 	require.NoError(t, err)
 
 	cfg, err := pgxpool.ParseConfig(url)
@@ -54,7 +57,7 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 	fdb, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer fdb.Close()
-	f, err := fanout.New(fdb, &fanout.Config{GapTimeout: 100 * time.Millisecond})
+	f, err := engine.New(fdb, &fanout.Config{GapTimeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 
 	a, err := db.Begin(ctx)
@@ -73,7 +76,7 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 		_, err = f.Pass(ctx)
 		require.NoError(t, err)
 	}
-	h, err := fanout.GetHorizon(ctx, db)
+	h, err := engine.GetHorizon(ctx, db)
 	require.NoError(t, err)
 	t.Logf("x=%d y=%d horizon=%+v", x, y, h)
 	rows, err := db.Query(ctx, `SELECT (args->>'global_sequence')::bigint FROM river_job WHERE kind = 'pp' ORDER BY 1`)

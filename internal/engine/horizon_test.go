@@ -1,4 +1,4 @@
-package fanout_test
+package engine_test
 
 import (
 	"context"
@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
@@ -69,7 +71,7 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, db := newStrictDatabase(t)
-	createPool(t, db, fanout.PoolParams{Name: "pp"})
+	createPool(t, db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, db, fanout.Config{GapTimeout: 200 * time.Millisecond})
 
 	first := appendEvent(t, db, "t")
@@ -131,8 +133,8 @@ func TestBurnedNumbersLeaveOneRange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, db := newStrictDatabase(t)
-	createPool(t, db, fanout.PoolParams{Name: "plain"})
-	createPool(t, db, fanout.PoolParams{Name: "keyed", Ordering: fanout.OrderingKey})
+	createPool(t, db, bustype.PoolParams{Name: "plain"})
+	createPool(t, db, bustype.PoolParams{Name: "keyed", Ordering: bustype.OrderingKey})
 	f := newFanout(t, db, fanout.Config{GapTimeout: 200 * time.Millisecond})
 
 	txA, held := openWriter(t, db)
@@ -187,7 +189,7 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, url)
-	createPool(t, db, fanout.PoolParams{Name: "pp"})
+	createPool(t, db, bustype.PoolParams{Name: "pp"})
 	logs := &logBuffer{}
 	f := newFanout(t, db, fanout.Config{GapTimeout: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelError}))})
@@ -219,7 +221,7 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 	require.Equal(t, s3, h.Horizon, "held at the cached numbers")
 	require.Zero(t, h.GapsProvenDead)
 	require.Len(t, h.Problems, 1)
-	require.Equal(t, fanout.ProblemSequenceCache, h.Problems[0].Code)
+	require.Equal(t, engine.ProblemSequenceCache, h.Problems[0].Code)
 	require.Contains(t, h.Problems[0].Fix, "ALTER SEQUENCE riverbus_event_global_sequence CACHE 1")
 	logged := logs.String()
 	require.Contains(t, logged, "level=ERROR")
@@ -245,7 +247,7 @@ func TestSequenceBelowHorizonIsReportedAndHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 100 * time.Millisecond})
 	var seqs []int64
 	for range 5 {
@@ -256,13 +258,13 @@ func TestSequenceBelowHorizonIsReportedAndHeld(t *testing.T) {
 
 	_, err := b.db.Exec(ctx, "SELECT setval('riverbus_event_global_sequence', 2)")
 	require.NoError(t, err)
-	ps, err := fanout.CheckAssumptions(ctx, b.db)
+	ps, err := engine.CheckAssumptions(ctx, b.db)
 	require.NoError(t, err)
 	require.Len(t, ps, 1)
-	require.Equal(t, fanout.ProblemSequenceBelowHorizon, ps[0].Code)
+	require.Equal(t, engine.ProblemSequenceBelowHorizon, ps[0].Code)
 	require.True(t, ps[0].Blocks)
 	res := pass(t, f)
-	require.Equal(t, fanout.ProblemSequenceBelowHorizon, res.Horizon.Problems[0].Code)
+	require.Equal(t, engine.ProblemSequenceBelowHorizon, res.Horizon.Problems[0].Code)
 
 	// The repair: the sequence back above every event and the horizon.
 	_, err = b.db.Exec(ctx, "SELECT setval('riverbus_event_global_sequence', greatest((SELECT max(global_sequence) FROM riverbus_event), (SELECT horizon FROM riverbus_horizon)))")
@@ -280,11 +282,11 @@ func TestBrokenTriggerHoldsTheHorizon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 50 * time.Millisecond})
 
 	problems := func() []string {
-		ps, err := fanout.CheckAssumptions(ctx, b.db)
+		ps, err := engine.CheckAssumptions(ctx, b.db)
 		require.NoError(t, err)
 		var codes []string
 		for _, p := range ps {
@@ -300,7 +302,7 @@ func TestBrokenTriggerHoldsTheHorizon(t *testing.T) {
 	pass(t, f) // records the gap
 	_, err := b.db.Exec(ctx, "ALTER TABLE riverbus_event DISABLE TRIGGER riverbus_event_assign")
 	require.NoError(t, err)
-	require.Equal(t, []string{fanout.ProblemAssignTriggerDisabled}, problems())
+	require.Equal(t, []string{engine.ProblemAssignTriggerDisabled}, problems())
 	// Past the gap timeout: only the problem holds the gap.
 	_, err = b.db.Exec(ctx, "UPDATE riverbus_gap SET first_seen_at = now() - interval '1 hour'")
 	require.NoError(t, err)
@@ -320,17 +322,17 @@ func TestBrokenTriggerHoldsTheHorizon(t *testing.T) {
 
 	// Every other problem the check knows.
 	for _, tc := range []struct{ sql, undo, code string }{
-		{"ALTER SEQUENCE riverbus_event_global_sequence INCREMENT BY 2", "ALTER SEQUENCE riverbus_event_global_sequence INCREMENT BY 1", fanout.ProblemSequenceIncrement},
-		{"ALTER SEQUENCE riverbus_event_global_sequence CYCLE", "ALTER SEQUENCE riverbus_event_global_sequence NO CYCLE", fanout.ProblemSequenceCycle},
-		{"ALTER TABLE riverbus_event DISABLE TRIGGER riverbus_event_notify", "ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_notify", fanout.ProblemNotifyTriggerMissing},
-		{"ALTER TRIGGER riverbus_event_assign ON riverbus_event RENAME TO other", "ALTER TRIGGER other ON riverbus_event RENAME TO riverbus_event_assign", fanout.ProblemAssignTriggerMissing},
+		{"ALTER SEQUENCE riverbus_event_global_sequence INCREMENT BY 2", "ALTER SEQUENCE riverbus_event_global_sequence INCREMENT BY 1", engine.ProblemSequenceIncrement},
+		{"ALTER SEQUENCE riverbus_event_global_sequence CYCLE", "ALTER SEQUENCE riverbus_event_global_sequence NO CYCLE", engine.ProblemSequenceCycle},
+		{"ALTER TABLE riverbus_event DISABLE TRIGGER riverbus_event_notify", "ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_notify", engine.ProblemNotifyTriggerMissing},
+		{"ALTER TRIGGER riverbus_event_assign ON riverbus_event RENAME TO other", "ALTER TRIGGER other ON riverbus_event RENAME TO riverbus_event_assign", engine.ProblemAssignTriggerMissing},
 		{`CREATE OR REPLACE FUNCTION riverbus_event_assign() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   NEW.global_sequence := nextval('riverbus_event_global_sequence');
   NEW.transaction_id := pg_current_xact_id();
   RETURN NEW;
 END
-$$`, "", fanout.ProblemAssignTriggerChanged},
+$$`, "", engine.ProblemAssignTriggerChanged},
 	} {
 		_, err := b.db.Exec(ctx, tc.sql)
 		require.NoError(t, err)
@@ -341,7 +343,7 @@ $$`, "", fanout.ProblemAssignTriggerChanged},
 			require.Empty(t, problems(), tc.undo)
 		}
 	}
-	require.False(t, fanout.ProblemBlocks(fanout.ProblemNotifyTriggerMissing))
+	require.False(t, engine.ProblemBlocks(engine.ProblemNotifyTriggerMissing))
 }
 
 // The horizon row deleted while the fan-out runs: every pass fails with an
@@ -351,8 +353,8 @@ func TestHorizonRowDeletedAndRepaired(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "pp"})
-	createPool(t, b.db, fanout.PoolParams{Name: "keyed", Ordering: fanout.OrderingKey})
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "keyed", Ordering: bustype.OrderingKey})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: 100 * time.Millisecond})
 	var seqs []int64
 	for range 3 {
@@ -366,19 +368,19 @@ func TestHorizonRowDeletedAndRepaired(t *testing.T) {
 		seqs = append(seqs, appendEvent(t, b.db, "t"))
 	}
 	_, err = f.Pass(ctx)
-	require.ErrorIs(t, err, fanout.ErrHorizonMissing)
+	require.ErrorIs(t, err, bustype.ErrHorizonMissing)
 	require.ErrorContains(t, err, "riverbus repair horizon")
-	_, err = fanout.GetHorizon(ctx, b.db)
-	require.ErrorIs(t, err, fanout.ErrHorizonMissing)
+	_, err = engine.GetHorizon(ctx, b.db)
+	require.ErrorIs(t, err, bustype.ErrHorizonMissing)
 	// A pool's batch says the same, from the database.
 	_, _, err = f.FanOutPool(ctx, "keyed")
 	require.ErrorContains(t, err, "riverbus_horizon has no row")
 
-	res, err := fanout.RepairHorizon(ctx, b.db)
+	res, err := engine.RepairHorizon(ctx, b.db)
 	require.NoError(t, err)
 	require.True(t, res.Created)
 	require.Equal(t, seqs[2], res.Horizon, "the lowest pool cursor")
-	again, err := fanout.RepairHorizon(ctx, b.db)
+	again, err := engine.RepairHorizon(ctx, b.db)
 	require.NoError(t, err)
 	require.False(t, again.Created)
 
@@ -405,7 +407,7 @@ func TestRepairHorizonValue(t *testing.T) {
 	repair := func() int64 {
 		_, err := b.db.Exec(ctx, "DELETE FROM riverbus_horizon")
 		require.NoError(t, err)
-		res, err := fanout.RepairHorizon(ctx, b.db)
+		res, err := engine.RepairHorizon(ctx, b.db)
 		require.NoError(t, err)
 		require.True(t, res.Created)
 		return res.Horizon

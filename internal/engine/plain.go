@@ -1,4 +1,4 @@
-package fanout
+package engine
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/fanout"
 )
 
 // The plain path: a pool with no ordering, no grouping, and no late event
@@ -32,7 +34,7 @@ const (
 
 func plainKindOf(p *lockedPool) plainKind {
 	switch {
-	case p.ordering != OrderingNone || p.grouping != GroupNone:
+	case p.ordering != bustype.OrderingNone || p.grouping != bustype.GroupNone:
 		return plainNo
 	case len(p.eventTypes) > 0:
 		return plainTyped
@@ -121,7 +123,7 @@ var (
 
 // fanOutPlain runs the plain path for pool name if the last look found it
 // plain. handled is false when the general path must run instead.
-func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res BatchResult, full, handled bool, err error) {
+func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.BatchResult, full, handled bool, err error) {
 	f.mu.Lock()
 	kind := f.plain[name]
 	noPlain := f.noPlain
@@ -158,7 +160,7 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res BatchResult,
 			// general path finds which event it is and goes on.
 			f.logger.Warn("plain fan-out path refused an event; taking the general path", "pool", name, "error", err)
 			f.forgetPlain(name)
-			return BatchResult{}, false, false, nil
+			return fanout.BatchResult{}, false, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code[:2] == "42":
 			// The statement itself cannot run on this server (before
 			// PostgreSQL 14, pg_column_compression does not exist): the
@@ -167,9 +169,9 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res BatchResult,
 			f.mu.Lock()
 			f.noPlain = true
 			f.mu.Unlock()
-			return BatchResult{}, false, false, nil
+			return fanout.BatchResult{}, false, false, nil
 		}
-		return BatchResult{}, false, true, fmt.Errorf("fan out pool %q: %w", name, err)
+		return fanout.BatchResult{}, false, true, fmt.Errorf("fan out pool %q: %w", name, err)
 	}
 	switch {
 	case !locked:

@@ -1,4 +1,4 @@
-package fanout_test
+package engine_test
 
 import (
 	"context"
@@ -12,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -99,16 +102,16 @@ func wantGroups(t *testing.T, db *pgxpool.Pool, floor int64, byKey bool) map[gro
 
 // passUntilCaughtUp runs passes until every pool's cursor reaches the last
 // event.
-func passUntilCaughtUp(t *testing.T, db *pgxpool.Pool, f *fanout.Fanout) {
+func passUntilCaughtUp(t *testing.T, db *pgxpool.Pool, f *engine.Fanout) {
 	t.Helper()
 	ctx := context.Background()
 	var last int64
 	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(max(global_sequence), 0) FROM riverbus_event`).Scan(&last))
 	eventually(t, 30*time.Second, "every pool caught up", func() bool {
 		pass(t, f)
-		pools, err := fanout.ListPools(ctx, db)
+		all, err := pools.List(ctx, db)
 		require.NoError(t, err)
-		for _, p := range pools {
+		for _, p := range all {
 			if p.Cursor < last {
 				return false
 			}
@@ -140,8 +143,8 @@ func TestGroupStartInsideTransaction(t *testing.T) {
 
 	// Pools reset into the transaction after a first batch, and again once
 	// they have delivered all of it.
-	createPool(t, b.db, fanout.PoolParams{Name: "reset-into", Grouping: fanout.GroupTransaction})
-	createPool(t, b.db, fanout.PoolParams{Name: "reset-into-key", Grouping: fanout.GroupTransaction, Ordering: fanout.OrderingKey})
+	createPool(t, b.db, bustype.PoolParams{Name: "reset-into", Grouping: bustype.GroupTransaction})
+	createPool(t, b.db, bustype.PoolParams{Name: "reset-into-key", Grouping: bustype.GroupTransaction, Ordering: bustype.OrderingKey})
 	appendKeyed(t, b.db, "A")
 
 	big, err := b.db.Begin(ctx)
@@ -156,28 +159,28 @@ func TestGroupStartInsideTransaction(t *testing.T) {
 	nowSeq := appendKeyed(t, big, "C")
 	pass(t, f)
 
-	pools := map[string]int64{} // pool → start point
-	skip := map[string]int{}    // pool → jobs from before its start point
+	starts := map[string]int64{} // pool → start point
+	skip := map[string]int{}     // pool → jobs from before its start point
 	for _, byKey := range []bool{false, true} {
-		ordering, sfx := fanout.OrderingNone, ""
+		ordering, sfx := bustype.OrderingNone, ""
 		if byKey {
-			ordering, sfx = fanout.OrderingKey, "-key"
+			ordering, sfx = bustype.OrderingKey, "-key"
 		}
-		createPool(t, b.db, fanout.PoolParams{Name: "from-n" + sfx, Grouping: fanout.GroupTransaction, Ordering: ordering, From: fanout.FromSequence(mid)})
-		pools["from-n"+sfx] = mid
-		createPool(t, b.db, fanout.PoolParams{Name: "from-now" + sfx, Grouping: fanout.GroupTransaction, Ordering: ordering, From: fanout.FromNow})
-		pools["from-now"+sfx] = nowSeq
+		createPool(t, b.db, bustype.PoolParams{Name: "from-n" + sfx, Grouping: bustype.GroupTransaction, Ordering: ordering, From: bustype.FromSequence(mid)})
+		starts["from-n"+sfx] = mid
+		createPool(t, b.db, bustype.PoolParams{Name: "from-now" + sfx, Grouping: bustype.GroupTransaction, Ordering: ordering, From: bustype.FromNow})
+		starts["from-now"+sfx] = nowSeq
 		// Created from the beginning, reset forward before its first batch.
-		createPool(t, b.db, fanout.PoolParams{Name: "reset-fwd" + sfx, Grouping: fanout.GroupTransaction, Ordering: ordering})
-		_, err := fanout.ResetPool(ctx, b.db, "reset-fwd"+sfx, mid)
+		createPool(t, b.db, bustype.PoolParams{Name: "reset-fwd" + sfx, Grouping: bustype.GroupTransaction, Ordering: ordering})
+		_, err := pools.Reset(ctx, b.db, "reset-fwd"+sfx, mid)
 		require.NoError(t, err)
-		pools["reset-fwd"+sfx] = mid
+		starts["reset-fwd"+sfx] = mid
 		skip["reset-into"+sfx] = len(groupJobs(t, b.db, "reset-into"+sfx))
-		_, err = fanout.ResetPool(ctx, b.db, "reset-into"+sfx, mid)
+		_, err = pools.Reset(ctx, b.db, "reset-into"+sfx, mid)
 		require.NoError(t, err)
-		pools["reset-into"+sfx] = mid
+		starts["reset-into"+sfx] = mid
 	}
-	createPool(t, b.db, fanout.PoolParams{Name: "plain-from-n", From: fanout.FromSequence(mid)})
+	createPool(t, b.db, bustype.PoolParams{Name: "plain-from-n", From: bustype.FromSequence(mid)})
 
 	// The transaction goes on for several batches, then commits.
 	for i := range 10 {
@@ -190,7 +193,7 @@ func TestGroupStartInsideTransaction(t *testing.T) {
 	appendKeyed(t, b.db, "C")
 	passUntilCaughtUp(t, b.db, f)
 
-	for pool, from := range pools {
+	for pool, from := range starts {
 		byKey := strings.HasSuffix(pool, "-key")
 		require.Equal(t, wantGroups(t, b.db, from, byKey), deliveredSince(t, b.db, pool, byKey, skip[pool]), "pool %s from %d", pool, from)
 	}
@@ -200,7 +203,7 @@ func TestGroupStartInsideTransaction(t *testing.T) {
 	before := map[string]int{}
 	for _, pool := range []string{"reset-into", "reset-into-key"} {
 		before[pool] = len(groupJobs(t, b.db, pool))
-		_, err := fanout.ResetPool(ctx, b.db, pool, mid)
+		_, err := pools.Reset(ctx, b.db, pool, mid)
 		require.NoError(t, err)
 	}
 	passUntilCaughtUp(t, b.db, f)
@@ -221,8 +224,8 @@ func TestGroupLateAcrossStartPoint(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "whole", Grouping: fanout.GroupTransaction})
-	createPool(t, b.db, fanout.PoolParams{Name: "split", Grouping: fanout.GroupTransaction})
+	createPool(t, b.db, bustype.PoolParams{Name: "whole", Grouping: bustype.GroupTransaction})
+	createPool(t, b.db, bustype.PoolParams{Name: "split", Grouping: bustype.GroupTransaction})
 	f := newFanout(t, b.db, fanout.Config{BatchSize: 2, GapTimeout: 100 * time.Millisecond})
 
 	held, err := b.db.Begin(ctx)
@@ -236,7 +239,7 @@ func TestGroupLateAcrossStartPoint(t *testing.T) {
 		return c[other] == 1
 	})
 	// "split" restarts between the held transaction's two events.
-	_, err = fanout.ResetPool(ctx, b.db, "split", other)
+	_, err = pools.Reset(ctx, b.db, "split", other)
 	require.NoError(t, err)
 	second := appendKeyed(t, held, "A")
 	require.NoError(t, held.Commit(ctx))
@@ -270,11 +273,11 @@ func TestGroupLateAcrossStartPoint(t *testing.T) {
 // parallel: it lowers the package's part bounds.
 func TestGroupParts(t *testing.T) {
 	ctx := context.Background()
-	restore := fanout.SetGroupPartBounds(7, 2000)
+	restore := engine.SetGroupPartBounds(7, 2000)
 	defer restore()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "parts", Grouping: fanout.GroupTransaction})
-	createPool(t, b.db, fanout.PoolParams{Name: "parts-key", Grouping: fanout.GroupTransaction, Ordering: fanout.OrderingKey})
+	createPool(t, b.db, bustype.PoolParams{Name: "parts", Grouping: bustype.GroupTransaction})
+	createPool(t, b.db, bustype.PoolParams{Name: "parts-key", Grouping: bustype.GroupTransaction, Ordering: bustype.OrderingKey})
 	f := newFanout(t, b.db, fanout.Config{BatchSize: 5})
 
 	tx, err := b.db.Begin(ctx)
@@ -334,7 +337,7 @@ func TestGroupUpdateInsideTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	createPool(t, b.db, fanout.PoolParams{Name: "switch"})
+	createPool(t, b.db, bustype.PoolParams{Name: "switch"})
 	f := newFanout(t, b.db, fanout.Config{BatchSize: 3})
 	tx, err := b.db.Begin(ctx)
 	require.NoError(t, err)
@@ -345,14 +348,14 @@ func TestGroupUpdateInsideTransaction(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	eventually(t, 10*time.Second, "first batch", func() bool {
 		pass(t, f)
-		p, err := fanout.GetPool(ctx, b.db, "switch")
+		p, err := pools.Get(ctx, b.db, "switch")
 		require.NoError(t, err)
 		return p.Cursor > 0
 	})
-	p, err := fanout.GetPool(ctx, b.db, "switch")
+	p, err := pools.Get(ctx, b.db, "switch")
 	require.NoError(t, err)
 	require.Equal(t, seqs[2], p.Cursor, "one batch of three events")
-	_, _, err = fanout.CreatePool(ctx, b.db, fanout.PoolParams{Name: "switch", Grouping: fanout.GroupTransaction, Update: true})
+	_, _, err = pools.Create(ctx, b.db, bustype.PoolParams{Name: "switch", Grouping: bustype.GroupTransaction, Update: true})
 	require.NoError(t, err)
 	passUntilCaughtUp(t, b.db, f)
 

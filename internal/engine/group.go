@@ -1,4 +1,4 @@
-package fanout
+package engine
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverbus/riverbus/bustype"
 )
 
 // Transaction groups.
@@ -87,7 +88,7 @@ type groupID struct{ txid, key string }
 // kind of pool): the rest of a late event's group counts from its first
 // event above the start point.
 func (f *Fanout) groupUnits(ctx context.Context, tx pgx.Tx, p *lockedPool, events []event, late bool) ([]unit, error) {
-	byKey := p.ordering == OrderingKey
+	byKey := p.ordering == bustype.OrderingKey
 	var (
 		ids    []groupID
 		firsts []int64

@@ -1,4 +1,4 @@
-package fanout
+package engine
 
 // UsesPlainPath reports whether pool's next batch takes the plain path.
 func (f *Fanout) UsesPlainPath(pool string) bool {

@@ -1,4 +1,4 @@
-package fanout
+package engine
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -36,9 +39,9 @@ type lockedPool struct {
 	priority     int16
 	startAfter   int64
 	cursor       int64
-	ordering     string
-	onDeadLetter string
-	grouping     string
+	ordering     bustype.Ordering
+	onDeadLetter bustype.DeadLetterPolicy
+	grouping     bustype.Grouping
 }
 
 // event is an event as the fan-out reads it: the envelope and its writer's
@@ -60,14 +63,14 @@ type unit struct {
 // row (skipping it when another instance has it), turn the events in
 // (cursor, horizon] into jobs, deliver late events, move the cursor, commit.
 // full reports that the batch was full, so more may be waiting.
-func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool, error) {
+func (f *Fanout) FanOutPool(ctx context.Context, name string) (fanout.BatchResult, bool, error) {
 	if res, full, handled, err := f.fanOutPlain(ctx, name); err != nil {
-		return BatchResult{}, false, err
+		return fanout.BatchResult{}, false, err
 	} else if handled {
 		f.batchDone(res)
 		return res, full, nil
 	}
-	res := BatchResult{Pool: name}
+	res := fanout.BatchResult{Pool: name}
 	full := false
 	var undeliverable []*job
 	err := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
@@ -199,7 +202,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 		return nil
 	})
 	if err != nil {
-		return BatchResult{}, false, fmt.Errorf("fan out pool %q: %w", name, err)
+		return fanout.BatchResult{}, false, fmt.Errorf("fan out pool %q: %w", name, err)
 	}
 	res.Undeliverable = len(undeliverable)
 	for _, j := range undeliverable {
@@ -211,7 +214,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 }
 
 // batchDone counts a committed batch and reports it.
-func (f *Fanout) batchDone(res BatchResult) {
+func (f *Fanout) batchDone(res fanout.BatchResult) {
 	if res.Jobs > 0 || res.Late > 0 {
 		f.mu.Lock()
 		f.stats.EventsFannedOut[res.Pool] += int64(res.Jobs)
@@ -232,7 +235,7 @@ func (f *Fanout) batchDone(res BatchResult) {
 // units turns matching events into jobs: one per event, or, for a grouped
 // pool, one per transaction group (group.go).
 func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []event, late bool) ([]unit, error) {
-	if p.grouping == GroupTransaction {
+	if p.grouping == bustype.GroupTransaction {
 		return f.groupUnits(ctx, tx, p, events, late)
 	}
 	out := make([]unit, len(events))
@@ -246,9 +249,9 @@ func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []e
 // key-ordered pool, one lane for a globally ordered one, none otherwise.
 func (p *lockedPool) lane(key string) string {
 	switch p.ordering {
-	case OrderingKey:
+	case bustype.OrderingKey:
 		return key
-	case OrderingGlobal:
+	case bustype.OrderingGlobal:
 		return ""
 	}
 	return ""
@@ -319,7 +322,9 @@ func lockLanes(ctx context.Context, tx pgx.Tx, pool string, lanes []string) erro
 // below PostgreSQL's deadlock_timeout (1 s by default).
 const laneLockWait = 100 * time.Millisecond
 
-func (p *lockedPool) matches(e outbox.Event) bool { return filterMatches(p.eventTypes, p.tags, e) }
+func (p *lockedPool) matches(e outbox.Event) bool {
+	return bustype.FilterMatches(p.eventTypes, p.tags, e)
+}
 
 func cmpInt64(a, b int64) int {
 	switch {
@@ -347,7 +352,7 @@ func scanEvent(row pgx.CollectableRow) (event, error) {
 // trigger (for a job deleted while pending jobs of its lane were being
 // inserted, say). It returns how many jobs it released. Run calls it every
 // few seconds beside the passes.
-func ReleaseStuckLanes(ctx context.Context, db DB) (int64, error) {
+func ReleaseStuckLanes(ctx context.Context, db database.DB) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, sqlReleaseStuckLanes).Scan(&n); err != nil {
 		return 0, fmt.Errorf("release stuck lanes: %w", err)
@@ -358,7 +363,7 @@ func ReleaseStuckLanes(ctx context.Context, db DB) (int64, error) {
 // PromoteLaneRetries makes available the due retries of ordered pools' jobs,
 // which River's scheduler would only pick up within 5 s, while each holds its
 // key. It returns how many queues had retries promoted.
-func PromoteLaneRetries(ctx context.Context, db DB) (int64, error) {
+func PromoteLaneRetries(ctx context.Context, db database.DB) (int64, error) {
 	var n, notified int64
 	if err := db.QueryRow(ctx, sqlPromoteLaneRetries).Scan(&n, &notified); err != nil {
 		return 0, fmt.Errorf("promote due retries of ordered pools: %w", err)

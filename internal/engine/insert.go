@@ -1,4 +1,4 @@
-package fanout
+package engine
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverbus/riverbus/bustype"
 )
 
 // The general path's insert. Each unit's envelope is encoded here, one by
@@ -47,7 +48,7 @@ type job struct {
 // insertJobs encodes and inserts the batch's units, in sequence order for
 // an ordered pool, and returns the ones that became dead letters.
 func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) ([]*job, error) {
-	ordered := p.ordering == OrderingKey || p.ordering == OrderingGlobal
+	ordered := p.ordering == bustype.OrderingKey || p.ordering == bustype.OrderingGlobal
 	if ordered {
 		slices.SortStableFunc(units, func(a, b unit) int { return cmpInt64(a.first, b.first) })
 	}
@@ -132,7 +133,7 @@ func busyLanes(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) (map
 	}
 	// A new statement, after the locks: it sees every release that
 	// committed before them.
-	rows, err := tx.Query(ctx, sqlBusyLanes, p.name, lanes, p.onDeadLetter == DeadLetterBlock)
+	rows, err := tx.Query(ctx, sqlBusyLanes, p.name, lanes, p.onDeadLetter == bustype.DeadLetterBlock)
 	if err != nil {
 		return nil, fmt.Errorf("read busy lanes: %w", err)
 	}
@@ -157,7 +158,7 @@ func decidePending(p *lockedPool, jobs []*job, held map[string]bool) {
 	}
 	for _, j := range jobs {
 		if j.args == nil {
-			if p.onDeadLetter == DeadLetterBlock {
+			if p.onDeadLetter == bustype.DeadLetterBlock {
 				busy[j.u.lane] = true
 			}
 			continue

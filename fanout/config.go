@@ -1,0 +1,54 @@
+package fanout
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults of Config fields.
+const (
+	GapTimeoutDefault       = 5 * time.Second
+	GapCheckIntervalDefault = 10 * time.Millisecond
+	PollIntervalDefault     = time.Second
+	BatchSizeDefault        = 1000
+	WorkersDefault          = 4
+)
+
+// Config configures the fan-out that a riverbus.Client runs (its
+// Config.Fanout). Zero fields take their defaults.
+type Config struct {
+	// GapTimeout is how long the horizon waits at a missing sequence that it
+	// cannot prove rolled back before skipping it (it is then watched, and
+	// delivered late if it commits). Default GapTimeoutDefault.
+	GapTimeout time.Duration
+	// GapCheckInterval is how often the horizon looks again while a gap is
+	// open: a rolled-back gap costs about this much. Default
+	// GapCheckIntervalDefault.
+	GapCheckInterval time.Duration
+	// PollInterval bounds how long a lost notification can delay delivery.
+	// Default PollIntervalDefault.
+	PollInterval time.Duration
+	// BatchSize is the most events one pool transaction turns into jobs.
+	// Default BatchSizeDefault.
+	BatchSize int
+	// Workers is how many pools this instance fans out at the same time.
+	// Default WorkersDefault.
+	Workers int
+	// Logger receives logs. Default: slog.Default().
+	Logger *slog.Logger
+	// OnBatch, when set, is called after each committed pool batch. Tests
+	// and metrics use it.
+	OnBatch func(BatchResult)
+}
+
+// BatchResult describes one committed pool batch.
+type BatchResult struct {
+	Pool   string
+	Jobs   int   // jobs inserted (late ones included)
+	Late   int   // late events delivered
+	Cursor int64 // cursor after the batch
+	// Undeliverable counts the jobs (of Jobs) that could not be built or
+	// inserted and became dead letters at once.
+	Undeliverable int
+}
+

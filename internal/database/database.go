@@ -1,0 +1,34 @@
+// Package database holds what every part of the engine shares about talking
+// to PostgreSQL: the one small interface the engine's functions take, and
+// the one way SQLSTATEs are recognised (pgerrcode's names, never literals).
+package database
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the engine's functions need: *pgxpool.Pool, *pgx.Conn and
+// pgx.Tx all satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Code returns the SQLSTATE of err's PostgreSQL error, or "" when err is
+// not one. Compare it with pgerrcode's constants.
+func Code(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// IsCode reports whether err is a PostgreSQL error with SQLSTATE code.
+func IsCode(err error, code string) bool { return err != nil && Code(err) == code }
