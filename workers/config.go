@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// Defaults of ClientOpts.
+// Defaults of Config.
 const (
 	// FetchCooldownDefault is 1ms, River's minimum: River's 100ms default
 	// lets a producer fetch at most ten times a second, each fetch taking at
@@ -43,19 +43,9 @@ const (
 	RescueStuckJobsAfterNoTimeoutDefault = time.Hour
 )
 
-// ClientOpts are the settings ClientConfig turns into a river.Config. Zero
-// fields get the defaults documented on each.
-type ClientOpts struct {
-	// Queues maps each River queue this client works to the most jobs it
-	// works from that queue at the same time (River's
-	// QueueConfig.MaxWorkers, 1 to river.QueueNumWorkersMax). A pool's jobs
-	// go to the pool's queue. Empty gives a client that only inserts.
-	Queues map[string]int
-
-	// Workers holds the workers of the pools' kinds. Required when Queues is
-	// not empty.
-	Workers *river.Workers
-
+// Config holds the River settings of a riverbus.Client's workers
+// (riverbus.Config.Work). Zero fields get the defaults documented on each.
+type Config struct {
 	// FetchCooldown is the least time between two fetches of a queue.
 	// Zero: FetchCooldownDefault (1ms). At least 1ms.
 	FetchCooldown time.Duration
@@ -87,6 +77,36 @@ type ClientOpts struct {
 	// Logger receives River's logs. Nil: River's default, warnings and
 	// errors as text on standard output.
 	Logger *slog.Logger
+}
+
+// ClientOpts are the settings ClientConfig turns into a river.Config, for
+// an application that runs its own River client over pool jobs instead of a
+// riverbus.Client (which binds queues to pools itself). Zero fields get the
+// defaults documented on Config.
+type ClientOpts struct {
+	// Queues maps each River queue this client works to the most jobs it
+	// works from that queue at the same time (River's
+	// QueueConfig.MaxWorkers, 1 to river.QueueNumWorkersMax). A pool's jobs
+	// go to the pool's queue. Empty gives a client that only inserts.
+	Queues map[string]int
+
+	// Workers holds the workers of the pools' kinds. Required when Queues is
+	// not empty.
+	Workers *river.Workers
+
+	FetchCooldown               time.Duration
+	FetchPollInterval           time.Duration
+	JobTimeout                  time.Duration
+	RescueStuckJobsAfter        time.Duration
+	DiscardedJobRetentionPeriod time.Duration
+	Logger                      *slog.Logger
+}
+
+// ClientOpts returns the ClientOpts of c with queues and workers.
+func (c Config) ClientOpts(queues map[string]int, ws *river.Workers) ClientOpts {
+	return ClientOpts{Queues: queues, Workers: ws, FetchCooldown: c.FetchCooldown, FetchPollInterval: c.FetchPollInterval,
+		JobTimeout: c.JobTimeout, RescueStuckJobsAfter: c.RescueStuckJobsAfter,
+		DiscardedJobRetentionPeriod: c.DiscardedJobRetentionPeriod, Logger: c.Logger}
 }
 
 // ClientConfig returns the river.Config riverbus recommends for a client

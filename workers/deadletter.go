@@ -3,23 +3,23 @@ package workers
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverqueue/river/rivertype"
 )
 
 // ErrNotFound is returned for a job id that is not a dead letter.
-var ErrNotFound = errors.New("dead letter not found")
+var ErrNotFound = bustype.ErrDeadLetterNotFound
 
 // ErrUndeliverable is returned by RetryDeadLetter for the dead letter of an
 // event whose envelope still cannot be encoded: repair the event's row in
 // riverbus_event first, or purge the dead letter.
-var ErrUndeliverable = errors.New("event still cannot become a job")
+var ErrUndeliverable = bustype.ErrUndeliverable
 
 // Limits of DeadLetterListParams.
 const (

@@ -1,0 +1,252 @@
+package riverbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/migrations"
+	"github.com/riverbus/riverbus/workers"
+)
+
+// ErrNotMigrated is returned by Start when the database lacks the riverbus
+// schema, or has an older version of it than this build needs.
+var ErrNotMigrated = errors.New("riverbus: the database is not migrated")
+
+// Client runs riverbus in a process (Start, Stop) and is the operator API
+// over its database. It is safe for concurrent use.
+type Client struct {
+	db     *pgxpool.Pool
+	cfg    Config
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	river   *river.Client[pgx.Tx]
+	stopped chan struct{}
+}
+
+// NewClient validates cfg and returns a Client over db. It does not touch
+// the database: operator methods work at once, Start begins the work.
+func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
+	if db == nil {
+		return nil, errors.New("riverbus: NewClient: db is nil")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("riverbus: %w", err)
+	}
+	// Validate the parts now, so a bad field is reported before Start.
+	if !c.FanoutDisabled {
+		if _, err := engine.New(db, &c.Fanout); err != nil {
+			return nil, fmt.Errorf("riverbus: Fanout: %w", err)
+		}
+	}
+	if _, err := workers.ClientConfig(c.Work.ClientOpts(nil, nil)); err != nil {
+		return nil, fmt.Errorf("riverbus: Work: %w", err)
+	}
+	closed := make(chan struct{})
+	close(closed)
+	return &Client{db: db, cfg: c, logger: c.Logger, stopped: closed}, nil
+}
+
+// Start checks the database and the workers' pools, then runs the fan-out
+// services and the workers in the background until Stop. It returns an
+// error, and runs nothing, when the database is not migrated, when a pool
+// with a worker does not exist, or when a River queue the workers would
+// fetch from holds a pool without a worker (its jobs would fail as unknown
+// kinds). A database outage after Start is logged and retried, never
+// returned.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("riverbus: client already started")
+	}
+	if err := c.checkSchema(ctx); err != nil {
+		return err
+	}
+	var rc *river.Client[pgx.Tx]
+	if c.cfg.Workers != nil && len(c.cfg.Workers.pools) > 0 {
+		queues, err := c.bindQueues(ctx)
+		if err != nil {
+			return err
+		}
+		rcfg, err := workers.ClientConfig(c.cfg.Work.ClientOpts(queues, c.cfg.Workers.river))
+		if err != nil {
+			return fmt.Errorf("riverbus: workers: %w", err)
+		}
+		if rc, err = river.NewClient(riverpgxv5.New(c.db), rcfg); err != nil {
+			return fmt.Errorf("riverbus: workers: %w", err)
+		}
+	}
+	var f *engine.Fanout
+	if !c.cfg.FanoutDisabled {
+		var err error
+		if f, err = engine.New(c.db, &c.cfg.Fanout); err != nil {
+			return fmt.Errorf("riverbus: Fanout: %w", err)
+		}
+	}
+	if rc != nil {
+		if err := rc.Start(ctx); err != nil {
+			return fmt.Errorf("riverbus: start workers: %w", err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel, c.river, c.started = cancel, rc, true
+	c.stopped = make(chan struct{})
+	if f != nil {
+		c.goService(func() { _ = f.Run(runCtx) })
+		c.goService(func() {
+			if err := checkpoint.RunAdvancer(runCtx, c.db, c.cfg.CheckpointInterval, c.logger); err != nil {
+				c.logger.Error("checkpoint advancer stopped", "error", err)
+			}
+		})
+	}
+	return nil
+}
+
+func (c *Client) goService(run func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		run()
+	}()
+}
+
+// Stop stops the fan-out services, then the workers: they finish the jobs
+// they hold until ctx ends, when the jobs still running are cancelled (River's
+// StopAndCancel) and Stop returns ctx's error. Stop on a client that is not
+// started returns nil.
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started {
+		return nil
+	}
+	c.cancel()
+	c.wg.Wait()
+	var err error
+	if c.river != nil {
+		if err = c.river.Stop(ctx); err != nil {
+			cancelCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopAndCancelTimeout)
+			_ = c.river.StopAndCancel(cancelCtx)
+			cancel()
+		}
+	}
+	c.started, c.river = false, nil
+	close(c.stopped)
+	return err
+}
+
+// Stopped returns a channel closed when the client is not running: at once
+// before Start, and when Stop finishes.
+func (c *Client) Stopped() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
+}
+
+// River returns the River client that works the pools' jobs, nil before
+// Start or when Config.Workers has no worker. Use it for what River offers
+// beyond riverbus (subscriptions, queue settings); pool jobs are inserted by
+// the fan-out only.
+func (c *Client) River() *river.Client[pgx.Tx] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.river
+}
+
+func (c *Client) checkSchema(ctx context.Context) error {
+	have, err := migrations.Version(ctx, c.db)
+	if err != nil {
+		return fmt.Errorf("riverbus: read the schema version: %w", err)
+	}
+	all, err := migrations.All()
+	if err != nil {
+		return err
+	}
+	if want := all[len(all)-1].Version; have < want {
+		return fmt.Errorf("%w: schema version %d, this build needs %d: run migrations.Up", ErrNotMigrated, have, want)
+	}
+	return nil
+}
+
+// bindQueues returns the River queues the workers fetch from, with their
+// MaxWorkers, after checking that every pool with a worker exists and every
+// pool in those queues has a worker.
+func (c *Client) bindQueues(ctx context.Context) (map[string]int, error) {
+	all, err := pools.List(ctx, c.db)
+	if err != nil {
+		return nil, fmt.Errorf("riverbus: list pools: %w", err)
+	}
+	byName := map[string]*bustype.Pool{}
+	inQueue := map[string][]string{}
+	for _, p := range all {
+		byName[p.Name] = p
+		inQueue[p.Queue] = append(inQueue[p.Queue], p.Name)
+	}
+	queues := map[string]int{}
+	var missing []string
+	for _, name := range c.cfg.Workers.order {
+		p, ok := byName[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		queues[p.Queue] = min(queues[p.Queue]+c.cfg.Workers.pools[name], river.QueueNumWorkersMax)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("riverbus: workers are registered for %s, which %s not exist: create the pool (Client.PoolCreate) before starting its workers: %w",
+			quoteList(missing), plural(len(missing), "does", "do"), bustype.ErrUnknownPool)
+	}
+	for _, queue := range slices.Sorted(maps.Keys(queues)) {
+		var without []string
+		for _, name := range inQueue[queue] {
+			if _, ok := c.cfg.Workers.pools[name]; !ok {
+				without = append(without, name)
+			}
+		}
+		if len(without) > 0 {
+			return nil, fmt.Errorf("riverbus: River queue %q also holds pool(s) %s, which have no worker here: this client would fetch their jobs and fail them; add workers for them too, or give the pools queues of their own",
+				queue, quoteList(without))
+		}
+	}
+	return queues, nil
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// stopAndCancelTimeout bounds how long Stop waits for cancelled jobs to
+// return after its own context ended.
+const stopAndCancelTimeout = 5 * time.Second

@@ -1,0 +1,61 @@
+package riverbus
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/workers"
+)
+
+// CheckpointIntervalDefault is how often a Client advances the pools'
+// checkpoints by default.
+const CheckpointIntervalDefault = 250 * time.Millisecond
+
+// Config configures a Client. Zero fields take their defaults; NewClient
+// copies it.
+type Config struct {
+	// Fanout configures the horizon and the fan-out this Client runs.
+	Fanout fanout.Config
+
+	// FanoutDisabled makes Start run no horizon, fan-out or maintenance:
+	// only the workers. Other processes must then run the fan-out.
+	FanoutDisabled bool
+
+	// CheckpointInterval is how often the pools' checkpoints advance.
+	// Zero: CheckpointIntervalDefault. Ignored with FanoutDisabled.
+	CheckpointInterval time.Duration
+
+	// Workers holds the handlers bound to pools (AddWorker). Nil: Start runs
+	// no River workers.
+	Workers *Workers
+
+	// Work holds the River settings of the workers (fetch cooldown,
+	// timeouts, dead-letter retention). Zero fields get riverbus's defaults
+	// (see workers.Config).
+	Work workers.Config
+
+	// Logger receives the Client's logs. Nil: slog.Default(). River's own
+	// logs go to Work.Logger.
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	out.CheckpointInterval = cmp.Or(out.CheckpointInterval, CheckpointIntervalDefault)
+	if out.CheckpointInterval < 0 {
+		return out, fmt.Errorf("CheckpointInterval must be positive, got %s", out.CheckpointInterval)
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Fanout.Logger == nil {
+		out.Fanout.Logger = out.Logger
+	}
+	return out, nil
+}

@@ -1,0 +1,31 @@
+// Package riverbus makes a PostgreSQL event log horizontally scalable.
+// Applications append events in their own transactions (package outbox);
+// a riverbus Client turns each committed event, in contiguous
+// global-sequence order, into one River job per consumer pool, and works
+// those jobs with plain River workers bound to their pools. Any number of
+// processes may run a Client against one database: they share the fan-out
+// and the jobs without a leader.
+//
+// # Client
+//
+// NewClient takes a pgxpool.Pool and a Config; Start runs everything a
+// riverbus process runs (the horizon, the fan-out of every active pool,
+// checkpoint advancing, lane sweeps, late-event retirement and, when
+// Config.Workers is set, River workers for the pools), and Stop ends it.
+// The same Client is the operator API: pools (PoolCreate, PoolGet,
+// PoolList, PoolUpdate, PoolPause, PoolResume, PoolReset, PoolDelete),
+// dead letters (DeadLetterList, DeadLetterGet, DeadLetterRetry,
+// DeadLetterPurge), checkpoints (CheckpointGet, CheckpointWait) and a
+// status snapshot (Status). Operator methods need no Start.
+//
+// # Handlers
+//
+// A handler is a River worker whose args embed workers.Args (or
+// workers.GroupArgs) and whose Kind is the pool's name. AddWorker binds it
+// to its pool: the Client works the pool's River queue with it, and Start
+// refuses, with an error that says why, a pool that does not exist or a
+// queue that holds pools this Client has no handler for.
+//
+// The vocabulary (events, pools and their settings, envelopes, errors) is in
+// package bustype; DESIGN.md in the repository explains the guarantees.
+package riverbus
