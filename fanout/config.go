@@ -51,4 +51,3 @@ type BatchResult struct {
 	// inserted and became dead letters at once.
 	Undeliverable int
 }
-
