@@ -17,7 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/migrations"
@@ -115,7 +115,7 @@ func (c *Client) Start(ctx context.Context) error {
 	if f != nil {
 		c.goService(func() { _ = f.Run(runCtx) })
 		c.goService(func() {
-			if err := checkpoint.RunAdvancer(runCtx, c.db, c.cfg.CheckpointInterval, c.logger); err != nil {
+			if err := checkpoints.RunAdvancer(runCtx, c.db, c.cfg.CheckpointInterval, c.logger); err != nil {
 				c.logger.Error("checkpoint advancer stopped", "error", err)
 			}
 		})

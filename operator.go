@@ -2,14 +2,13 @@ package riverbus
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/workers"
 )
 
 // PoolCreate creates a pool and reports whether it was created. A pool that
@@ -133,64 +132,84 @@ func (c *Client) PoolDelete(ctx context.Context, name string, opts *PoolDeleteOp
 	return pools.Delete(ctx, c.db, name, opts != nil && opts.Force)
 }
 
-// DeadLetterList returns dead letters in job id order, a page at a time.
-func (c *Client) DeadLetterList(ctx context.Context, params workers.DeadLetterListParams) ([]workers.DeadLetter, error) {
-	return workers.ListDeadLetters(ctx, c.db, params)
+// DeadLetterList returns the dead letters params selects, in job id order,
+// a page at a time: pass the last JobID of a page as the next page's
+// AfterJobID. A Limit out of range gives an error that names it.
+func (c *Client) DeadLetterList(ctx context.Context, params bustype.DeadLetterListParams) ([]bustype.DeadLetter, error) {
+	return deadletters.List(ctx, c.db, params)
 }
 
 // DeadLetterGet returns the dead letter of job jobID; an id that is not a
 // dead letter gives an error wrapping bustype.ErrDeadLetterNotFound.
-func (c *Client) DeadLetterGet(ctx context.Context, jobID int64) (*workers.DeadLetter, error) {
-	dls, err := workers.ListDeadLetters(ctx, c.db, workers.DeadLetterListParams{AfterJobID: jobID - 1, Limit: 1})
-	if err != nil {
-		return nil, err
-	}
-	if len(dls) == 0 || dls[0].JobID != jobID {
-		return nil, fmt.Errorf("dead letter %d: %w", jobID, bustype.ErrDeadLetterNotFound)
-	}
-	return &dls[0], nil
+func (c *Client) DeadLetterGet(ctx context.Context, jobID int64) (*bustype.DeadLetter, error) {
+	return deadletters.Get(ctx, c.db, jobID)
 }
 
-// DeadLetterRetry puts the dead letter of job jobID back to work (see
-// workers.RetryDeadLetter for what that means for each kind of dead letter).
-func (c *Client) DeadLetterRetry(ctx context.Context, jobID int64) (workers.DeadLetterRetry, error) {
-	return workers.RetryDeadLetter(ctx, c.db, jobID)
+// DeadLetterRetry puts the dead letter of job jobID back to work and removes
+// it, in one transaction: a discarded River job still there is made
+// available again as River's JobRetry would; one River's cleaner deleted is
+// inserted anew; a job of an ordered pool goes back in line in its lane. The
+// result's Action says which (see bustype.RetryAction). River's producers
+// are notified on commit; no started Client is needed.
+//
+// The dead letter of an event the fan-out could not turn into a job gets
+// its envelope rebuilt from riverbus_event (repair the row first); when it
+// still cannot be encoded the dead letter stays, the Action is
+// bustype.RetryUndeliverable and the error wraps bustype.ErrUndeliverable.
+// An id that is not a dead letter gives an error wrapping
+// bustype.ErrDeadLetterNotFound.
+func (c *Client) DeadLetterRetry(ctx context.Context, jobID int64) (bustype.DeadLetterRetryResult, error) {
+	return deadletters.Retry(ctx, c.db, jobID)
 }
 
-// DeadLetterRetryPool retries every dead letter of pool, oldest first.
-func (c *Client) DeadLetterRetryPool(ctx context.Context, pool string) ([]workers.DeadLetterRetry, error) {
-	return workers.RetryDeadLetters(ctx, c.db, pool)
+// DeadLetterRetryPool retries every dead letter of pool as DeadLetterRetry
+// does, in one transaction, so that River works them again in global
+// sequence order (dead letters without a sequence last). It returns what it
+// did with each, in that order (undeliverable ones, left, at the end); none
+// for a pool without dead letters.
+func (c *Client) DeadLetterRetryPool(ctx context.Context, pool string) ([]bustype.DeadLetterRetryResult, error) {
+	return deadletters.RetryPool(ctx, c.db, pool)
 }
 
-// DeadLetterPurge deletes the dead letter of job jobID and its job.
+// DeadLetterPurge gives up on the dead letter of job jobID: it deletes it
+// and its River job if that is still discarded, and frees the lane it held
+// in an ordered pool. An id that is not a dead letter gives an error
+// wrapping bustype.ErrDeadLetterNotFound.
 func (c *Client) DeadLetterPurge(ctx context.Context, jobID int64) error {
-	return workers.PurgeDeadLetter(ctx, c.db, jobID)
+	return deadletters.Purge(ctx, c.db, jobID)
 }
 
-// DeadLetterPurgePool deletes every dead letter of pool and returns how many.
+// DeadLetterPurgePool purges every dead letter of pool as DeadLetterPurge
+// does and returns how many there were.
 func (c *Client) DeadLetterPurgePool(ctx context.Context, pool string) (int, error) {
-	return workers.PurgeDeadLetters(ctx, c.db, pool)
+	return deadletters.PurgePool(ctx, c.db, pool)
 }
 
-// CheckpointGet returns where a pool stands: the horizon, its cursor, its
-// checkpoint (advanced first) and its lag.
-func (c *Client) CheckpointGet(ctx context.Context, pool string) (checkpoint.Status, error) {
-	if _, err := checkpoint.Advance(ctx, c.db, pool); err != nil {
-		return checkpoint.Status{}, err
+// CheckpointGet advances a pool's checkpoint and returns where the pool
+// stands: the horizon, its cursor, its checkpoint and its lag. An unknown
+// pool gives an error wrapping bustype.ErrUnknownPool.
+func (c *Client) CheckpointGet(ctx context.Context, pool string) (bustype.Checkpoint, error) {
+	if _, err := checkpoints.Advance(ctx, c.db, pool); err != nil {
+		return bustype.Checkpoint{}, err
 	}
-	return checkpoint.Get(ctx, c.db, pool)
+	return checkpoints.Get(ctx, c.db, pool)
 }
 
 // CheckpointHolder returns the job that holds a pool's checkpoint, nil when
-// none does.
-func (c *Client) CheckpointHolder(ctx context.Context, pool string) (*checkpoint.Holder, error) {
-	return checkpoint.GetHolder(ctx, c.db, pool)
+// the pool has no unfinished job. An unknown pool gives an error wrapping
+// bustype.ErrUnknownPool.
+func (c *Client) CheckpointHolder(ctx context.Context, pool string) (*bustype.CheckpointHolder, error) {
+	return checkpoints.GetHolder(ctx, c.db, pool)
 }
 
-// CheckpointWait blocks until every job of pool for an event at or below seq
-// has finished, or ctx ends.
-func (c *Client) CheckpointWait(ctx context.Context, pool string, seq int64, opts *checkpoint.WaitOpts) error {
-	return checkpoint.WaitFor(ctx, c.db, pool, seq, opts)
+// CheckpointWait blocks until every job of pool for an event at or below
+// seq has finished (the pool's checkpoint reached seq), advancing the
+// checkpoint every opts.PollInterval; opts may be nil. It returns ctx's
+// error when ctx ends first, and an error wrapping bustype.ErrUnknownPool
+// for an unknown pool. A pool whose filter skips the event at seq still
+// reaches it: the checkpoint follows the cursor.
+func (c *Client) CheckpointWait(ctx context.Context, pool string, seq int64, opts *bustype.CheckpointWaitOpts) error {
+	return checkpoints.WaitFor(ctx, c.db, pool, seq, opts)
 }
 
 // HorizonRepairResult is what HorizonRepair did.

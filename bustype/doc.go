@@ -3,13 +3,41 @@
 // workers) and webhooks share — events, pools and their settings, the job
 // envelopes, dead letters, checkpoints — and the errors they return.
 //
-// It is a leaf package, like River's rivertype: it imports neither River nor
-// pgx, so any package can use it without pulling in the engine.
+// It is a leaf package, like River's rivertype: of River it imports only
+// rivertype itself (for a dead letter's AttemptError and a job's JobState),
+// and nothing of pgx, so any package can use it without pulling in the
+// engine.
+//
+// # Sections
+//
+//   - Events: Event
+//   - Pools: Pool, PoolParams, StartPosition and the typed settings
+//   - Dead letters: DeadLetter, DeadLetterListParams, DeadLetterRetryResult
+//   - Checkpoints: Checkpoint, CheckpointHolder, PoolJob, CheckpointWaitOpts
+//   - Errors: the sentinels every operation wraps
 //
 // # Enums
 //
 // Pool settings are typed strings (Ordering, Grouping, DeadLetterPolicy,
 // PoolStatus). Each has a Valid method and a Parse function that returns an
 // error naming the accepted values, so a bad setting is refused before it
-// reaches the database.
+// reaches the database. A dead letter's retry outcome is a RetryAction.
+//
+// # Dead letters
+//
+// A pool job that used up its attempts is discarded by River; a trigger
+// keeps a copy of it in riverbus_dead_letter (a DeadLetter), so River's job
+// cleaner cannot lose it. Retrying one gives a DeadLetterRetryResult whose
+// RetryAction says whether the River job was made available again
+// (RetryRequeued), inserted anew because River's cleaner had deleted it
+// (RetryReinserted), found already finished (RetryAlreadyRetried), or left
+// because its event still cannot become a job (RetryUndeliverable).
+//
+// # Checkpoints
+//
+// A pool's checkpoint is the highest global sequence C such that every job
+// of the pool for an event ≤ C is finished. A Checkpoint reports it with the
+// horizon and the pool's cursor; a CheckpointHolder names the job that keeps
+// it from moving (a PoolJob, which may be a dead letter in a pool that
+// blocks on them). Package checkpoint explains the rest.
 package bustype

@@ -20,7 +20,6 @@ import (
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
-	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
 
@@ -94,7 +93,7 @@ func TestWorkWebhookProcess(t *testing.T) {
 	mu.Unlock()
 	require.Equal(t, want, got, "key order held through the flaky event's retries and the dead letter (released)")
 
-	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "hooks"})
+	dls, err := operator(t, db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: "hooks"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Contains(t, dls[0].LastError, "500")

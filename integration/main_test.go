@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 )
@@ -131,6 +132,15 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// operator returns a riverbus.Client over db that is not started: the
+// operator API (dead letters, checkpoints) as an application calls it.
+func operator(t *testing.T, db *pgxpool.Pool) *riverbus.Client {
+	t.Helper()
+	c, err := riverbus.NewClient(db, &riverbus.Config{Logger: discardLogger()})
+	require.NoError(t, err)
+	return c
 }
 
 // jobCounts returns, per global sequence, the number of jobs of pool.

@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
@@ -259,7 +258,7 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 			require.Equal(t, int64(1), k[0])
 
 			eventually(t, 30*time.Second, "dead letter recorded", func() bool {
-				dls, err := workers.ListDeadLetters(ctx, b.db, workers.DeadLetterListParams{Pool: orderedPoolName})
+				dls, err := operator(t, b.db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: orderedPoolName})
 				require.NoError(t, err)
 				return len(dls) == 1
 			})
@@ -282,7 +281,7 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 
 			// The handler is fixed; the dead letter is retried.
 			poison.Store(0)
-			res, err := workers.RetryDeadLetters(ctx, b.db, orderedPoolName)
+			res, err := operator(t, b.db).DeadLetterRetryPool(ctx, orderedPoolName)
 			require.NoError(t, err)
 			require.Len(t, res, 1)
 			eventually(t, 30*time.Second, "k all done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 })
@@ -295,9 +294,9 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 			// dlq retry, then the checkpoint is exact: nothing lost, nothing
 			// written past what is finished (KurrentDB lost events here).
 			eventually(t, 10*time.Second, "checkpoint at the last event", func() bool {
-				cp, err := checkpoint.Advance(ctx, b.db, orderedPoolName)
+				cp, err := operator(t, b.db).CheckpointGet(ctx, orderedPoolName)
 				require.NoError(t, err)
-				return cp == other[1]
+				return cp.Checkpoint == other[1]
 			})
 		})
 	}
@@ -313,12 +312,12 @@ func TestRetryDeadLettersOfAKeyInOrder(t *testing.T) {
 	b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, MaxAttempts: 1}, 10, rec)
 	k := appendKeyed(t, b.db, "k", 5)
 	eventually(t, 30*time.Second, "five dead letters", func() bool {
-		dls, err := workers.ListDeadLetters(ctx, b.db, workers.DeadLetterListParams{Pool: orderedPoolName})
+		dls, err := operator(t, b.db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: orderedPoolName})
 		require.NoError(t, err)
 		return len(dls) == 5
 	})
 	failing.Store(false)
-	_, err := workers.RetryDeadLetters(ctx, b.db, orderedPoolName)
+	_, err := operator(t, b.db).DeadLetterRetryPool(ctx, orderedPoolName)
 	require.NoError(t, err)
 	eventually(t, 30*time.Second, "replayed", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 5 })
 	_, byKey := rec.snapshot()

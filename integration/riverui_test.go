@@ -27,7 +27,6 @@ import (
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/ui"
-	"github.com/riverbus/riverbus/workers"
 )
 
 // What River UI's buttons and River's client API do to ordered pools'
@@ -149,7 +148,7 @@ func countState(t *testing.T, db *pgxpool.Pool, state string) int {
 
 func deadLetterCount(t *testing.T, db *pgxpool.Pool) int {
 	t.Helper()
-	dls, err := workers.ListDeadLetters(t.Context(), db, workers.DeadLetterListParams{Pool: orderedPoolName})
+	dls, err := operator(t, db).DeadLetterList(t.Context(), bustype.DeadLetterListParams{Pool: orderedPoolName})
 	require.NoError(t, err)
 	return len(dls)
 }
@@ -374,7 +373,7 @@ func TestRiverUIDeleteOfBlockingDeadLetterKeepsIt(t *testing.T) {
 				dead := jobOf(t, b.db, k[0])
 				require.NoError(t, act.del(dead))
 				require.Equal(t, "", stateOf(t, b.db, k[0]))
-				dls, err := workers.ListDeadLetters(ctx, b.db, workers.DeadLetterListParams{Pool: orderedPoolName})
+				dls, err := operator(t, b.db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: orderedPoolName})
 				require.NoError(t, err)
 				require.Len(t, dls, 1)
 				require.False(t, dls[0].JobExists)
@@ -382,14 +381,14 @@ func TestRiverUIDeleteOfBlockingDeadLetterKeepsIt(t *testing.T) {
 
 				poison.Store(0)
 				if then == "retry" {
-					res, err := workers.RetryDeadLetter(ctx, b.db, dead)
+					res, err := operator(t, b.db).DeadLetterRetry(ctx, dead)
 					require.NoError(t, err)
-					require.Equal(t, workers.RetryReinserted, res.Action)
+					require.Equal(t, bustype.RetryReinserted, res.Action)
 					eventually(t, 30*time.Second, "the key's three events done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 })
 					_, byKey := rec.snapshot()
 					require.Equal(t, k, byKey["k"])
 				} else {
-					require.NoError(t, workers.PurgeDeadLetter(ctx, b.db, dead))
+					require.NoError(t, operator(t, b.db).DeadLetterPurge(ctx, dead))
 					eventually(t, 30*time.Second, "the key's later events done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 2 })
 					_, byKey := rec.snapshot()
 					require.Equal(t, k[1:], byKey["k"])
@@ -475,7 +474,7 @@ func TestRiverUIOperatorNeverHoldsAKey(t *testing.T) {
 
 		// The operator retries every dead letter until none is left.
 		eventually(t, 60*time.Second, "every job finished and no dead letter left", func() bool {
-			dls, err := workers.ListDeadLetters(ctx, b.db, workers.DeadLetterListParams{Pool: orderedPoolName})
+			dls, err := operator(t, b.db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: orderedPoolName})
 			require.NoError(t, err)
 			for _, d := range dls {
 				_ = act.retry(d.JobID)

@@ -11,12 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/workers"
 )
 
 type attempt struct {
@@ -104,34 +102,34 @@ func TestCompetingWorkerProcesses(t *testing.T) {
 	}
 	require.Len(t, workersSeen, 3, "all three processes took work")
 
-	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "shared"})
+	dls, err := operator(t, db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: "shared"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, poison, dls[0].GlobalSequence)
 	require.Contains(t, dls[0].LastError, "always fails")
 
 	// The checkpoint is exact: discarded counts as finished.
-	cp, err := checkpoint.Advance(ctx, db, "shared")
+	cp, err := operator(t, db).CheckpointGet(ctx, "shared")
 	require.NoError(t, err)
-	require.Equal(t, last, cp)
+	require.Equal(t, last, cp.Checkpoint)
 
 	// River's cleaner deletes discarded jobs after its retention period;
 	// the dead letter must survive that.
 	_, err = db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, dls[0].JobID)
 	require.NoError(t, err)
-	dls, err = workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "shared"})
+	dls, err = operator(t, db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: "shared"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1, "dead letter kept after its job row was deleted")
 
 	// Retry it: the event is worked again (and fails again, as it always
 	// does, ending once more as a dead letter).
-	_, err = workers.RetryDeadLetter(ctx, db, dls[0].JobID)
+	_, err = operator(t, db).DeadLetterRetry(ctx, dls[0].JobID)
 	require.NoError(t, err)
 	eventually(t, 30*time.Second, "retried dead letter worked again", func() bool {
 		return len(attempts(t, db)[poison]) == 6
 	})
 	eventually(t, 30*time.Second, "dead letter again", func() bool {
-		dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "shared"})
+		dls, err := operator(t, db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: "shared"})
 		require.NoError(t, err)
 		return len(dls) == 1 && dls[0].JobID != 0
 	})
@@ -164,9 +162,9 @@ func TestOutOfOrderCommitCheckpointExact(t *testing.T) {
 
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)
-	cp, err := checkpoint.Advance(ctx, db, "ooo")
+	cp, err := operator(t, db).CheckpointGet(ctx, "ooo")
 	require.NoError(t, err)
-	require.Equal(t, n-1, cp, "checkpoint never passes a held hole")
+	require.Equal(t, n-1, cp.Checkpoint, "checkpoint never passes a held hole")
 
 	require.NoError(t, txA.Commit(ctx))
 	_, err = f.Pass(ctx)
@@ -176,13 +174,13 @@ func TestOutOfOrderCommitCheckpointExact(t *testing.T) {
 	// N+1's job finishes first: the checkpoint must stay below N.
 	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE kind = 'ooo' AND (args->>'global_sequence')::bigint = $1`, n1)
 	require.NoError(t, err)
-	cp, err = checkpoint.Advance(ctx, db, "ooo")
+	cp, err = operator(t, db).CheckpointGet(ctx, "ooo")
 	require.NoError(t, err)
-	require.Equal(t, n-1, cp)
+	require.Equal(t, n-1, cp.Checkpoint)
 
 	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE kind = 'ooo'`)
 	require.NoError(t, err)
-	cp, err = checkpoint.Advance(ctx, db, "ooo")
+	cp, err = operator(t, db).CheckpointGet(ctx, "ooo")
 	require.NoError(t, err)
-	require.Equal(t, n1, cp)
+	require.Equal(t, n1, cp.Checkpoint)
 }

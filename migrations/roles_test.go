@@ -24,8 +24,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
@@ -461,19 +462,19 @@ func TestWorkerRole(t *testing.T) {
 
 	// The discarded job was kept by the dead-letter trigger, which ran with
 	// the worker's rights.
-	dead, err := workers.ListDeadLetters(ctx, worker, workers.DeadLetterListParams{Pool: "billing"})
+	dead, err := deadletters.List(ctx, worker, bustype.DeadLetterListParams{Pool: "billing"})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, appended[1].GlobalSequence, dead[0].GlobalSequence)
-	checkpointSeq, err := checkpoint.Advance(ctx, worker, "billing")
+	checkpointSeq, err := checkpoints.Advance(ctx, worker, "billing")
 	require.NoError(t, err)
 	require.Equal(t, last, checkpointSeq)
 
-	retried, err := workers.RetryDeadLetter(ctx, worker, dead[0].JobID)
+	retried, err := deadletters.Retry(ctx, worker, dead[0].JobID)
 	require.NoError(t, err)
-	require.Equal(t, workers.RetryRequeued, retried.Action)
+	require.Equal(t, bustype.RetryRequeued, retried.Action)
 	require.Equal(t, map[rivertype.JobState]int{rivertype.JobStateCompleted: 1}, waitFor(1))
-	dead, err = workers.ListDeadLetters(ctx, worker, workers.DeadLetterListParams{Pool: "billing"})
+	dead, err = deadletters.List(ctx, worker, bustype.DeadLetterListParams{Pool: "billing"})
 	require.NoError(t, err)
 	require.Empty(t, dead)
 

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -21,14 +22,14 @@ func TestDecode(t *testing.T) {
 
 	t.Run("Valid", func(t *testing.T) {
 		t.Parallel()
-		got, err := workers.Decode[invoice](event(1, "invoice.paid", `{"invoice": "inv-1", "cents": 1250}`))
+		got, err := workers.Decode[invoice](jobtest.Event(1, "invoice.paid", `{"invoice": "inv-1", "cents": 1250}`))
 		require.NoError(t, err)
 		require.Equal(t, invoice{Invoice: "inv-1", Cents: 1250}, got)
 	})
 
 	t.Run("UnknownFieldsIgnored", func(t *testing.T) {
 		t.Parallel()
-		ev := event(1, "invoice.paid", `{"invoice": "inv-1", "cents": 1250, "currency": "EUR"}`)
+		ev := jobtest.Event(1, "invoice.paid", `{"invoice": "inv-1", "cents": 1250, "currency": "EUR"}`)
 		got, err := workers.Decode[invoice](ev)
 		require.NoError(t, err)
 		require.Equal(t, invoice{Invoice: "inv-1", Cents: 1250}, got)
@@ -41,7 +42,7 @@ func TestDecode(t *testing.T) {
 
 	t.Run("WrongType", func(t *testing.T) {
 		t.Parallel()
-		ev := event(7, "invoice.paid", `{"invoice": "inv-1", "cents": "twelve"}`)
+		ev := jobtest.Event(7, "invoice.paid", `{"invoice": "inv-1", "cents": "twelve"}`)
 		ev.EventID = uuid.MustParse("0195c0de-0000-7000-8000-000000000007")
 		got, err := workers.Decode[invoice](ev)
 		require.Equal(t, invoice{}, got)
@@ -64,7 +65,7 @@ func TestDecode(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := workers.Decode[invoice](event(3, "invoice.paid", data))
+			_, err := workers.Decode[invoice](jobtest.Event(3, "invoice.paid", data))
 			var decErr *workers.DecodeError
 			require.ErrorAs(t, err, &decErr)
 			require.Equal(t, int64(3), decErr.GlobalSequence)
@@ -74,15 +75,15 @@ func TestDecode(t *testing.T) {
 
 	t.Run("Messages", func(t *testing.T) {
 		t.Parallel()
-		_, err := workers.Decode[invoice](event(3, "invoice.paid", ``))
+		_, err := workers.Decode[invoice](jobtest.Event(3, "invoice.paid", ``))
 		require.EqualError(t, err, "decode data of event 3 (invoice.paid) into workers_test.invoice: event has no data")
-		_, err = workers.Decode[invoice](event(3, "invoice.paid", `{} x`))
+		_, err = workers.Decode[invoice](jobtest.Event(3, "invoice.paid", `{} x`))
 		require.EqualError(t, err, "decode data of event 3 (invoice.paid) into workers_test.invoice: unexpected data after the JSON value")
 	})
 
 	t.Run("NullIsZero", func(t *testing.T) {
 		t.Parallel()
-		got, err := workers.Decode[*invoice](event(1, "invoice.paid", `null`))
+		got, err := workers.Decode[*invoice](jobtest.Event(1, "invoice.paid", `null`))
 		require.NoError(t, err)
 		require.Nil(t, got)
 	})
@@ -90,7 +91,7 @@ func TestDecode(t *testing.T) {
 
 func TestArgsJSON(t *testing.T) {
 	t.Parallel()
-	a := workers.Args{Event: event(5, "invoice.paid", `{"cents":1}`)}
+	a := workers.Args{Event: jobtest.Event(5, "invoice.paid", `{"cents":1}`)}
 	b, err := json.Marshal(a)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"global_sequence": 5, "event_id": "00000000-0000-0000-0000-000000000000", "type": "invoice.paid",

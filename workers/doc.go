@@ -14,8 +14,8 @@
 //   - Args: what a pool job carries, and the args type of a handler
 //   - Decode: the event's data as a Go value
 //   - Exactly once: CompleteTx and RunExactlyOnce
-//   - Client settings: ClientConfig
-//   - Dead letters: ListDeadLetters, RetryDeadLetter(s), PurgeDeadLetter(s)
+//   - Client settings: Config, ClientOpts, ClientConfig
+//   - Dead letters: what becomes of a job that used up its attempts
 //
 // # Args
 //
@@ -49,17 +49,19 @@
 //
 // # Client settings
 //
-// ClientConfig returns a river.Config with settings fit for an event bus:
+// Config holds the River settings of a riverbus.Client's workers
+// (riverbus.Config.Work). ClientConfig returns a river.Config with settings
+// fit for an event bus, for an application that runs its own River client:
 // fast fetching, a job timeout with prompt rescue, and dead letters kept.
-// Each field of ClientOpts documents its default and why.
+// Each field of Config documents its default and why.
 //
 // # Dead letters
 //
 // A pool job that used up its attempts is discarded by River. A trigger
-// (migrations/sql/002_fanout.up.sql) keeps a copy of it in
-// riverbus_dead_letter, so it survives River's job cleaner. ListDeadLetters
-// lists them, RetryDeadLetter and RetryDeadLetters put them back to work
-// (the pool's in global sequence order), PurgeDeadLetter and
-// PurgeDeadLetters give up on them. None of them needs a running River
-// client.
+// keeps a copy of it in riverbus_dead_letter (a bustype.DeadLetter), so it
+// survives River's job cleaner, until an operator puts it back to work or
+// gives up on it: riverbus.Client's DeadLetterList, DeadLetterRetry,
+// DeadLetterRetryPool (a pool's in global sequence order), DeadLetterPurge
+// and DeadLetterPurgePool, or `riverbus dlq`. A retry from River UI (River's
+// JobRetry) works too. None of them needs a running River client.
 package workers

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -27,7 +28,7 @@ func (ledgerArgs) Kind() string { return "ledger" }
 func setupProjection(t *testing.T, maxAttempts int) *pgxpool.Pool {
 	t.Helper()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "ledger", "ledger", maxAttempts)
+	jobtest.CreatePool(t, db, "ledger", "ledger", maxAttempts)
 	_, err := db.Exec(context.Background(), `CREATE TABLE applied (global_sequence bigint PRIMARY KEY, times int NOT NULL)`)
 	require.NoError(t, err)
 	return db
@@ -70,13 +71,13 @@ func TestRunExactlyOnce(t *testing.T) {
 			}
 			return errors.New("crashed after commit")
 		}))
-		client := startClient(t, db, ws, map[string]int{"ledger": 2}, nil)
-		ids := insertEvents(t, db, "ledger", event(1, "entry.posted", `{}`))
+		client := jobtest.StartClient(t, db, ws, map[string]int{"ledger": 2}, nil)
+		ids := jobtest.InsertEvents(t, db, "ledger", jobtest.Event(1, "entry.posted", `{}`))
 
-		waitJobState(t, db, ids[0], "completed")
-		stopClient(t, client) // waits for River to record the Work error
-		j, _ := getJob(t, db, ids[0])
-		require.Equal(t, jobRow{State: "completed", Attempt: 1, MaxAttempts: 5, Errors: 0}, j)
+		jobtest.WaitJobState(t, db, ids[0], "completed")
+		jobtest.StopClient(t, client) // waits for River to record the Work error
+		j, _ := jobtest.GetJob(t, db, ids[0])
+		require.Equal(t, jobtest.Job{State: "completed", Attempt: 1, MaxAttempts: 5, Errors: 0}, j)
 		require.Equal(t, 1, appliedTimes(t, db, 1))
 		require.Equal(t, int32(1), runs.Load())
 	})
@@ -100,8 +101,8 @@ func TestRunExactlyOnce(t *testing.T) {
 			secondErr <- workers.RunExactlyOnce(ctx, db, job, fn)
 			return nil
 		}))
-		startClient(t, db, ws, map[string]int{"ledger": 2}, nil)
-		ids := insertEvents(t, db, "ledger", event(1, "entry.posted", `{}`))
+		jobtest.StartClient(t, db, ws, map[string]int{"ledger": 2}, nil)
+		ids := jobtest.InsertEvents(t, db, "ledger", jobtest.Event(1, "entry.posted", `{}`))
 
 		select {
 		case err := <-secondErr:
@@ -109,7 +110,7 @@ func TestRunExactlyOnce(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("timed out waiting for the worker")
 		}
-		j := waitJobState(t, db, ids[0], "completed")
+		j := jobtest.WaitJobState(t, db, ids[0], "completed")
 		require.Equal(t, 1, j.Attempt)
 		require.Equal(t, 1, appliedTimes(t, db, 1))
 		require.Equal(t, int32(1), fnCalls.Load())
@@ -132,11 +133,11 @@ func TestRunExactlyOnce(t *testing.T) {
 				return nil
 			})
 		}))
-		startClient(t, db, ws, map[string]int{"ledger": 2}, nil)
-		ids := insertEvents(t, db, "ledger", event(1, "entry.posted", `{}`))
+		jobtest.StartClient(t, db, ws, map[string]int{"ledger": 2}, nil)
+		ids := jobtest.InsertEvents(t, db, "ledger", jobtest.Event(1, "entry.posted", `{}`))
 
-		j := waitJobState(t, db, ids[0], "completed")
-		require.Equal(t, jobRow{State: "completed", Attempt: 2, MaxAttempts: 5, Errors: 1}, j)
+		j := jobtest.WaitJobState(t, db, ids[0], "completed")
+		require.Equal(t, jobtest.Job{State: "completed", Attempt: 2, MaxAttempts: 5, Errors: 1}, j)
 		require.Equal(t, 1, appliedTimes(t, db, 1))
 	})
 
@@ -157,8 +158,8 @@ func TestRunExactlyOnce(t *testing.T) {
 			})
 			return nil
 		}))
-		startClient(t, db, ws, map[string]int{"ledger": 2}, nil)
-		ids := insertEvents(t, db, "ledger", event(1, "entry.posted", `{}`))
+		jobtest.StartClient(t, db, ws, map[string]int{"ledger": 2}, nil)
+		ids := jobtest.InsertEvents(t, db, "ledger", jobtest.Event(1, "entry.posted", `{}`))
 
 		select {
 		case err := <-staleErr:
@@ -168,6 +169,6 @@ func TestRunExactlyOnce(t *testing.T) {
 			t.Fatal("timed out waiting for the worker")
 		}
 		require.Equal(t, int32(0), fnCalls.Load())
-		waitJobState(t, db, ids[0], "completed")
+		jobtest.WaitJobState(t, db, ids[0], "completed")
 	})
 }

@@ -10,15 +10,23 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/workers"
 )
+
+// paymentArgs are the args of pool "payments".
+type paymentArgs struct{ workers.Args }
+
+func (paymentArgs) Kind() string { return "payments" }
 
 // insertStuck inserts a job of pool that has been running for ten minutes
 // (its worker died), at attempt of maxAttempts.
 func insertStuck(t *testing.T, db *pgxpool.Pool, pool string, seq int64, attempt, maxAttempts int) int64 {
 	t.Helper()
-	args, err := json.Marshal(workers.Args{Event: event(seq, "ledger.posted", `{}`)})
+	args, err := json.Marshal(workers.Args{Event: jobtest.Event(seq, "ledger.posted", `{}`)})
 	require.NoError(t, err)
 	var id int64
 	require.NoError(t, db.QueryRow(context.Background(), `INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, attempt, attempted_at, attempted_by)
@@ -35,22 +43,24 @@ func insertStuck(t *testing.T, db *pgxpool.Pool, pool string, seq int64, attempt
 func TestRescuerRetriesStuckJobsOfPoolsThisClientDoesNotWork(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "payments", "payments", 5)
-	createPool(t, db, "ledger", "ledger", 5)
+	jobtest.CreatePool(t, db, "payments", "payments", 5)
+	jobtest.CreatePool(t, db, "ledger", "ledger", 5)
 	withAttemptsLeft := insertStuck(t, db, "ledger", 1, 1, 5)
 	lastAttempt := insertStuck(t, db, "ledger", 2, 5, 5)
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[paymentArgs]) error { return nil }))
-	startClient(t, db, ws, map[string]int{"payments": 1}, &workers.ClientOpts{
+	jobtest.StartClient(t, db, ws, map[string]int{"payments": 1}, &workers.ClientOpts{
 		JobTimeout: time.Second, RescueStuckJobsAfter: 2 * time.Second,
 	})
 
-	retried := waitJobState(t, db, withAttemptsLeft, "retryable")
+	retried := jobtest.WaitJobState(t, db, withAttemptsLeft, "retryable")
 	require.Equal(t, 1, retried.Attempt)
 	require.Equal(t, 1, retried.Errors, "the rescuer's error is kept")
-	waitJobState(t, db, lastAttempt, "discarded")
-	dls, err := workers.ListDeadLetters(context.Background(), db, workers.DeadLetterListParams{Pool: "ledger"})
+	jobtest.WaitJobState(t, db, lastAttempt, "discarded")
+	client, err := riverbus.NewClient(db, nil)
+	require.NoError(t, err)
+	dls, err := client.DeadLetterList(context.Background(), bustype.DeadLetterListParams{Pool: "ledger"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, lastAttempt, dls[0].JobID)

@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -9,8 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/workers"
 )
 
 func (a *app) dlqCommand() *cobra.Command {
@@ -49,7 +50,7 @@ func (a *app) dlqListCommand() *cobra.Command {
 					return err
 				}
 			}
-			dls, err := workers.ListDeadLetters(cmd.Context(), db, workers.DeadLetterListParams{Pool: pool, Limit: limit})
+			dls, err := deadletters.List(cmd.Context(), db, bustype.DeadLetterListParams{Pool: pool, Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -91,31 +92,15 @@ func (a *app) dlqShowCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			dl, err := findDeadLetter(cmd.Context(), db, id)
+			dl, err := deadletters.Get(cmd.Context(), db, id)
+			if errors.Is(err, bustype.ErrDeadLetterNotFound) {
+				return fmt.Errorf("%w: no dead letter with job id %d (riverbus dlq list lists them)", bustype.ErrDeadLetterNotFound, id)
+			}
 			if err != nil {
 				return err
 			}
 			return writeJSON(a.stdout, dl)
 		},
-	}
-}
-
-func findDeadLetter(ctx context.Context, db workers.DB, id int64) (*workers.DeadLetter, error) {
-	after := int64(0)
-	for {
-		page, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Limit: 1000, AfterJobID: after})
-		if err != nil {
-			return nil, err
-		}
-		for i := range page {
-			if page[i].JobID == id {
-				return &page[i], nil
-			}
-		}
-		if len(page) < 1000 {
-			return nil, fmt.Errorf("%w: no dead letter with job id %d", workers.ErrNotFound, id)
-		}
-		after = page[len(page)-1].JobID
 	}
 }
 
@@ -157,13 +142,13 @@ func (a *app) dlqActionCommand(verb string) *cobra.Command {
 			}
 			switch {
 			case verb == "retry" && all:
-				res, err := workers.RetryDeadLetters(ctx, db, pool)
+				res, err := deadletters.RetryPool(ctx, db, pool)
 				if err != nil {
 					return err
 				}
-				var stay []workers.DeadLetterRetry
+				var stay []bustype.DeadLetterRetryResult
 				for _, r := range res {
-					if r.Action == workers.RetryUndeliverable {
+					if r.Action == bustype.RetryUndeliverable {
 						stay = append(stay, r)
 					}
 				}
@@ -172,19 +157,19 @@ func (a *app) dlqActionCommand(verb string) *cobra.Command {
 					fmt.Fprintf(a.stdout, "dead letter %d left: event still cannot become a job: %s\n", r.DeadJobID, truncate(r.Reason, 200))
 				}
 			case verb == "retry":
-				res, err := workers.RetryDeadLetter(ctx, db, id)
+				res, err := deadletters.Retry(ctx, db, id)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "dead letter %d retried as job %d (%s)\n", res.DeadJobID, res.JobID, res.Action)
 			case all:
-				n, err := workers.PurgeDeadLetters(ctx, db, pool)
+				n, err := deadletters.PurgePool(ctx, db, pool)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "purged %d dead letter(s) of pool %s\n", n, pool)
 			default:
-				if err := workers.PurgeDeadLetter(ctx, db, id); err != nil {
+				if err := deadletters.Purge(ctx, db, id); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "purged dead letter %d\n", id)

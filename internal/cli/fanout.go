@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 )
 
@@ -65,7 +65,7 @@ func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool, onBatch func(fano
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return f.Run(ctx) })
 	g.Go(func() error {
-		return checkpoint.RunAdvancer(ctx, db, 250*time.Millisecond, a.logger)
+		return checkpoints.RunAdvancer(ctx, db, 250*time.Millisecond, a.logger)
 	})
 	if err := g.Wait(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("fan-out: %w", err)

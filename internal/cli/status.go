@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 )
@@ -154,8 +154,8 @@ func loadStatus(ctx context.Context, db *pgxpool.Pool) (*statusReport, error) {
 		return nil, err
 	}
 	for _, pr := range r.Pools {
-		h, err := checkpoint.GetHolder(ctx, db, pr.Name)
-		if errors.Is(err, checkpoint.ErrUnknownPool) {
+		h, err := checkpoints.GetHolder(ctx, db, pr.Name)
+		if errors.Is(err, bustype.ErrUnknownPool) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
@@ -203,8 +203,8 @@ func loadStatus(ctx context.Context, db *pgxpool.Pool) (*statusReport, error) {
 	return r, nil
 }
 
-func newJobReport(j checkpoint.Job, at time.Time) jobReport {
-	r := jobReport{JobID: j.ID, Sequence: j.Sequence, State: j.State, DeadLetter: j.DeadLetter,
+func newJobReport(j bustype.PoolJob, at time.Time) jobReport {
+	r := jobReport{JobID: j.ID, Sequence: j.Sequence, State: string(j.State), DeadLetter: j.DeadLetter,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: j.LastError, Lane: j.Lane}
 	if (j.State == "retryable" || j.State == "scheduled") && !j.ScheduledAt.IsZero() {
 		next := j.ScheduledAt
@@ -218,11 +218,11 @@ func newJobReport(j checkpoint.Job, at time.Time) jobReport {
 	return r
 }
 
-func newHolderReport(h *checkpoint.Holder) *holderReport {
+func newHolderReport(h *bustype.CheckpointHolder) *holderReport {
 	if h == nil {
 		return nil
 	}
-	r := &holderReport{jobReport: newJobReport(h.Job, h.At), HeldSince: h.HeldSince, HeldSeconds: h.HeldFor().Seconds()}
+	r := &holderReport{jobReport: newJobReport(h.PoolJob, h.At), HeldSince: h.HeldSince, HeldSeconds: h.HeldFor().Seconds()}
 	if h.LaneBlocker != nil {
 		b := newJobReport(*h.LaneBlocker, h.At)
 		r.LaneBlockedBy = &b

@@ -35,7 +35,7 @@
 //	riverbus_horizon_problem         1 while an assumption of the gap proof is broken
 //	                                 (labels problem, blocks; every problem, 0 included)
 //
-// The checkpoint is the one last stored (by the checkpoint package, which
+// The checkpoint is the one last stored (by the client's checkpoint advancer, which
 // `riverbus run` advances); the collector does not advance it.
 //
 // # Serving

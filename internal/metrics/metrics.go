@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 )
 
@@ -241,7 +241,7 @@ type poolState struct {
 	cursor, checkpoint, eventsFannedOut, lateDelivered int64
 	deadLetters, undeliverable                         int64
 	paused                                             bool
-	heldSeconds                                        float64 // checkpoint.Holder.HeldFor
+	heldSeconds                                        float64 // bustype.CheckpointHolder.HeldFor
 	holderAttempts                                     int
 }
 
@@ -275,7 +275,7 @@ func (c *Collector) read(ctx context.Context) (*state, error) {
 		}
 
 		for i := range s.pools {
-			h, err := checkpoint.GetHolder(ctx, tx, s.pools[i].name)
+			h, err := checkpoints.GetHolder(ctx, tx, s.pools[i].name)
 			if err != nil {
 				return fmt.Errorf("read checkpoint holders: %w", err)
 			}

@@ -15,6 +15,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -232,10 +234,12 @@ func TestDeadLetterAndRetry(t *testing.T) {
 	job := waitJobState(t, b.db, jobID, rivertype.JobStateDiscarded)
 	require.Equal(t, 2, job.Attempt)
 
-	var dls []workers.DeadLetter
+	operator, err := riverbus.NewClient(b.db, nil)
+	require.NoError(t, err)
+	var dls []bustype.DeadLetter
 	eventually(t, 10*time.Second, func() bool {
 		var err error
-		dls, err = workers.ListDeadLetters(ctx, b.db, workers.DeadLetterListParams{Pool: pool})
+		dls, err = operator.DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: pool})
 		require.NoError(t, err)
 		return len(dls) == 1
 	}, "one dead letter")
@@ -245,9 +249,9 @@ func TestDeadLetterAndRetry(t *testing.T) {
 	require.Len(t, dls[0].Errors, 2)
 
 	healthy.Store(true)
-	res, err := workers.RetryDeadLetter(ctx, b.db, jobID)
+	res, err := operator.DeadLetterRetry(ctx, jobID)
 	require.NoError(t, err)
-	require.Equal(t, workers.RetryRequeued, res.Action)
+	require.Equal(t, bustype.RetryRequeued, res.Action)
 	job = waitJobState(t, b.db, res.JobID, rivertype.JobStateCompleted)
 	require.Equal(t, 3, job.Attempt)
 
@@ -256,7 +260,7 @@ func TestDeadLetterAndRetry(t *testing.T) {
 	require.Equal(t, "3", got[2].Header.Get("X-Riverbus-Attempt"))
 	require.Equal(t, ev.EventID.String(), got[2].Header.Get("Webhook-Id"))
 
-	dls, err = workers.ListDeadLetters(ctx, b.db, workers.DeadLetterListParams{Pool: pool})
+	dls, err = operator.DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: pool})
 	require.NoError(t, err)
 	require.Empty(t, dls)
 }

@@ -1,4 +1,4 @@
-package workers_test
+package deadletters_test
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
@@ -42,7 +44,7 @@ func appendDeepEvent(t *testing.T, db *pgxpool.Pool) int64 {
 
 func fanOut(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
-	f, err := engine.New(db, &fanout.Config{Logger: discardLogger})
+	f, err := engine.New(db, &fanout.Config{Logger: jobtest.DiscardLogger})
 	require.NoError(t, err)
 	for {
 		res, err := f.Pass(context.Background())
@@ -69,10 +71,10 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 	purged := appendDeepEvent(t, db)
 	fanOut(t, db)
 
-	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	dls, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, dls, 3)
-	bySeq := map[int64]workers.DeadLetter{}
+	bySeq := map[int64]bustype.DeadLetter{}
 	for _, d := range dls {
 		require.Contains(t, d.LastError, "exceeded max depth")
 		require.Equal(t, "deep", d.EventType)
@@ -82,11 +84,11 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 	}
 
 	// Not repaired yet: it stays.
-	res, err := workers.RetryDeadLetter(ctx, db, bySeq[kept].JobID)
-	require.ErrorIs(t, err, workers.ErrUndeliverable)
-	require.Equal(t, workers.RetryUndeliverable, res.Action)
+	res, err := deadletters.Retry(ctx, db, bySeq[kept].JobID)
+	require.ErrorIs(t, err, bustype.ErrUndeliverable)
+	require.Equal(t, bustype.RetryUndeliverable, res.Action)
 	require.Contains(t, res.Reason, "exceeded max depth")
-	dls, err = workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	dls, err = deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, dls, 3)
 
@@ -95,16 +97,16 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, bySeq[cleaned].JobID)
 	require.NoError(t, err)
-	all, err := workers.RetryDeadLetters(ctx, db, "invoices")
+	all, err := deadletters.RetryPool(ctx, db, "invoices")
 	require.NoError(t, err)
-	actions := map[int64]workers.RetryAction{}
+	actions := map[int64]bustype.RetryAction{}
 	for _, r := range all {
 		actions[r.DeadJobID] = r.Action
 	}
-	require.Equal(t, map[int64]workers.RetryAction{
-		bySeq[kept].JobID:    workers.RetryRequeued,
-		bySeq[cleaned].JobID: workers.RetryReinserted,
-		bySeq[purged].JobID:  workers.RetryUndeliverable,
+	require.Equal(t, map[int64]bustype.RetryAction{
+		bySeq[kept].JobID:    bustype.RetryRequeued,
+		bySeq[cleaned].JobID: bustype.RetryReinserted,
+		bySeq[purged].JobID:  bustype.RetryUndeliverable,
 	}, actions)
 
 	rows, err := db.Query(ctx, `SELECT state::text, args FROM river_job WHERE kind = 'invoices' AND state = 'available' ORDER BY (args->>'global_sequence')::bigint`)
@@ -129,8 +131,8 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 	}
 
 	// The one never repaired is purged.
-	require.NoError(t, workers.PurgeDeadLetter(ctx, db, bySeq[purged].JobID))
-	dls, err = workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	require.NoError(t, deadletters.Purge(ctx, db, bySeq[purged].JobID))
+	dls, err = deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Empty(t, dls)
 }
@@ -151,13 +153,13 @@ func TestRiverRetryOfUndeliverableRebuildsEnvelope(t *testing.T) {
 	require.NoError(t, err)
 	seq := appendDeepEvent(t, db)
 	fanOut(t, db)
-	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	dls, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 
 	_, err = db.Exec(ctx, `UPDATE riverbus_event SET data = '{"fixed": true}', metadata = '{"m": [1]}' WHERE global_sequence = $1`, seq)
 	require.NoError(t, err)
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: discardLogger})
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: jobtest.DiscardLogger})
 	require.NoError(t, err)
 	job, err := client.JobRetry(ctx, dls[0].JobID)
 	require.NoError(t, err)
@@ -189,18 +191,18 @@ func TestRiverRetryOfUnrepairedUndeliverableIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	appendDeepEvent(t, db)
 	fanOut(t, db)
-	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	dls, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: discardLogger})
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: jobtest.DiscardLogger})
 	require.NoError(t, err)
 	job, err := client.JobRetry(ctx, dls[0].JobID)
 	require.NoError(t, err)
 	require.Equal(t, rivertype.JobStateDiscarded, job.State)
 	require.Contains(t, string(job.EncodedArgs), "undeliverable")
 	require.Contains(t, job.Errors[len(job.Errors)-1].Error, "retry refused")
-	after, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "invoices"})
+	after, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, after, 1, "still a dead letter")
 	require.Equal(t, dls[0].JobID, after[0].JobID)
@@ -230,7 +232,7 @@ func TestRetryUndeliverableGroup(t *testing.T) {
 	conn.Release()
 	fanOut(t, db)
 
-	dls, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "ledger"})
+	dls, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "ledger"})
 	require.NoError(t, err)
 	// The event Go cannot encode is a part of its own (the group's second):
 	// only that part is a dead letter; the first part is delivered.
@@ -246,9 +248,9 @@ func TestRetryUndeliverableGroup(t *testing.T) {
 
 	_, err = db.Exec(ctx, `UPDATE riverbus_event SET data = '{"fixed": true}' WHERE global_sequence = $1`, deep)
 	require.NoError(t, err)
-	res, err := workers.RetryDeadLetter(ctx, db, dls[0].JobID)
+	res, err := deadletters.Retry(ctx, db, dls[0].JobID)
 	require.NoError(t, err)
-	require.Equal(t, workers.RetryRequeued, res.Action)
+	require.Equal(t, bustype.RetryRequeued, res.Action)
 	var raw []byte
 	require.NoError(t, db.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, res.JobID).Scan(&raw))
 	var g workers.GroupArgs

@@ -1,4 +1,4 @@
-package checkpoint_test
+package checkpoints_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package checkpoint_test
+package checkpoints_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/workers"
@@ -28,7 +29,7 @@ func TestAdvance(t *testing.T) {
 		ids := insertJobs(t, db, "orders", "orders", 1, 2, 3, 4, 5)
 		finish(t, db, "completed", ids[0], ids[1])
 
-		got, err := checkpoint.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
@@ -38,12 +39,12 @@ func TestAdvance(t *testing.T) {
 
 		// A finished job above an unfinished one does not help.
 		finish(t, db, "completed", ids[3])
-		got, err = checkpoint.Advance(ctx, db, "orders")
+		got, err = checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
 		finish(t, db, "completed", ids[2])
-		got, err = checkpoint.Advance(ctx, db, "orders")
+		got, err = checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(4), got)
 	})
@@ -57,13 +58,13 @@ func TestAdvance(t *testing.T) {
 		finish(t, db, "cancelled", ids[3])
 		finish(t, db, "discarded", ids[4])
 
-		got, err := checkpoint.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
 		// Events 6 and 7 were filtered out: the cursor moved without jobs.
 		setCursor(t, db, "orders", 7)
-		got, err = checkpoint.Advance(ctx, db, "orders")
+		got, err = checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(7), got)
 	})
@@ -72,7 +73,7 @@ func TestAdvance(t *testing.T) {
 		t.Parallel()
 		db := pgtest.NewPool(t)
 		createPool(t, db, "orders", "orders", 42)
-		got, err := checkpoint.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(42), got)
 	})
@@ -85,7 +86,7 @@ func TestAdvance(t *testing.T) {
 		finish(t, db, "discarded", ids[0])
 		finish(t, db, "completed", ids[1])
 
-		got, err := checkpoint.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
@@ -106,10 +107,10 @@ func TestAdvance(t *testing.T) {
 			VALUES ('{"global_sequence": "not a number"}', 'orders', 1, 1, 'orders', 'available')`)
 		require.NoError(t, err)
 
-		got, err := checkpoint.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(3), got)
-		got, err = checkpoint.Advance(ctx, db, "billing")
+		got, err = checkpoints.Advance(ctx, db, "billing")
 		require.NoError(t, err)
 		require.Equal(t, int64(0), got)
 	})
@@ -121,14 +122,14 @@ func TestAdvance(t *testing.T) {
 		ids := insertJobs(t, db, "orders", "orders", 1, 2, 3, 4, 5)
 		finish(t, db, "completed", ids...)
 
-		got, err := checkpoint.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
 		// A cursor set lower (an operator rewinding it, say) does not pull
 		// the checkpoint back.
 		setCursor(t, db, "orders", 1)
-		got, err = checkpoint.Advance(ctx, db, "orders")
+		got, err = checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
@@ -136,11 +137,11 @@ func TestAdvance(t *testing.T) {
 		// letter).
 		setCursor(t, db, "orders", 6)
 		insertJobs(t, db, "orders", "orders", 3)
-		got, err = checkpoint.Advance(ctx, db, "orders")
+		got, err = checkpoints.Advance(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
-		st, err := checkpoint.Get(ctx, db, "orders")
+		st, err := checkpoints.Get(ctx, db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), st.Checkpoint)
 	})
@@ -148,15 +149,15 @@ func TestAdvance(t *testing.T) {
 	t.Run("UnknownPool", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.NewPool(t)
-		_, err := checkpoint.Advance(ctx, db, "nope")
-		require.ErrorIs(t, err, checkpoint.ErrUnknownPool)
-		require.EqualError(t, err, `unknown pool "nope" (there are no pools)`)
+		_, err := checkpoints.Advance(ctx, db, "nope")
+		require.ErrorIs(t, err, bustype.ErrUnknownPool)
+		require.EqualError(t, err, `unknown pool "nope": no pools exist yet`)
 
 		createPool(t, db, "orders", "orders", 0)
 		createPool(t, db, "billing", "billing", 0)
-		_, err = checkpoint.Advance(ctx, db, "nope")
-		require.ErrorIs(t, err, checkpoint.ErrUnknownPool)
-		require.EqualError(t, err, `unknown pool "nope" (pools: billing, orders)`)
+		_, err = checkpoints.Advance(ctx, db, "nope")
+		require.ErrorIs(t, err, bustype.ErrUnknownPool)
+		require.EqualError(t, err, `unknown pool "nope": pools are billing, orders`)
 	})
 }
 
@@ -203,7 +204,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	defer conn.Release()
 	advancePID = conn.Conn().PgConn().PID()
 	go func() {
-		seq, err := checkpoint.Advance(ctx, conn.Conn(), "orders")
+		seq, err := checkpoints.Advance(ctx, conn.Conn(), "orders")
 		done <- result{seq, err}
 	}()
 
@@ -219,7 +220,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	require.NoError(t, res.err)
 	require.Equal(t, int64(10), res.seq, "the new cursor must not be paired with the old jobs")
 
-	got, err := checkpoint.Advance(ctx, db, "orders")
+	got, err := checkpoints.Advance(ctx, db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(10), got, "jobs 11..20 are unfinished")
 }
@@ -229,7 +230,7 @@ func TestAdvanceAll(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
 
-	got, err := checkpoint.AdvanceAll(ctx, db)
+	got, err := checkpoints.AdvanceAll(ctx, db)
 	require.NoError(t, err)
 	require.Empty(t, got)
 
@@ -240,7 +241,7 @@ func TestAdvanceAll(t *testing.T) {
 	finish(t, db, "completed", ids[0])
 	insertJobs(t, db, "billing", "billing", 1, 2, 3)
 
-	got, err = checkpoint.AdvanceAll(ctx, db)
+	got, err = checkpoints.AdvanceAll(ctx, db)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"orders": 1, "billing": 0, "audit": 9}, got)
 }
@@ -254,19 +255,19 @@ func TestGet(t *testing.T) {
 	ids := insertJobs(t, db, "orders", "orders", 1, 2, 3, 4, 5)
 	finish(t, db, "completed", ids[0], ids[1])
 
-	st, err := checkpoint.Get(ctx, db, "orders")
+	st, err := checkpoints.Get(ctx, db, "orders")
 	require.NoError(t, err)
-	require.Equal(t, checkpoint.Status{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 0, Lag: 8}, st, "Get does not advance")
+	require.Equal(t, bustype.Checkpoint{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 0, Lag: 8}, st, "Get does not advance")
 
-	_, err = checkpoint.Advance(ctx, db, "orders")
+	_, err = checkpoints.Advance(ctx, db, "orders")
 	require.NoError(t, err)
-	st, err = checkpoint.Get(ctx, db, "orders")
+	st, err = checkpoints.Get(ctx, db, "orders")
 	require.NoError(t, err)
-	require.Equal(t, checkpoint.Status{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 2, Lag: 6}, st)
+	require.Equal(t, bustype.Checkpoint{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 2, Lag: 6}, st)
 
-	_, err = checkpoint.Get(ctx, db, "nope")
-	require.ErrorIs(t, err, checkpoint.ErrUnknownPool)
-	require.EqualError(t, err, `unknown pool "nope" (pools: orders)`)
+	_, err = checkpoints.Get(ctx, db, "nope")
+	require.ErrorIs(t, err, bustype.ErrUnknownPool)
+	require.EqualError(t, err, `unknown pool "nope": pools are orders`)
 }
 
 // eventArgs is a worker args type for pool "orders".
@@ -315,23 +316,23 @@ func TestWaitFor(t *testing.T) {
 	// Jobs 1 and 2 finish, 3 is held: waiting for 2 returns, for 3 times out.
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	require.NoError(t, checkpoint.WaitFor(wctx, db, "orders", 2, nil))
+	require.NoError(t, checkpoints.WaitFor(wctx, db, "orders", 2, nil))
 
 	shortCtx, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancelShort()
-	err = checkpoint.WaitFor(shortCtx, db, "orders", 3, &checkpoint.WaitOpts{PollInterval: 5 * time.Millisecond})
+	err = checkpoints.WaitFor(shortCtx, db, "orders", 3, &bustype.CheckpointWaitOpts{PollInterval: 5 * time.Millisecond})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	close(w.release)
-	require.NoError(t, checkpoint.WaitFor(wctx, db, "orders", 4, nil))
-	st, err := checkpoint.Get(ctx, db, "orders")
+	require.NoError(t, checkpoints.WaitFor(wctx, db, "orders", 4, nil))
+	st, err := checkpoints.Get(ctx, db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(4), st.Checkpoint)
 
-	err = checkpoint.WaitFor(wctx, db, "nope", 1, nil)
-	require.ErrorIs(t, err, checkpoint.ErrUnknownPool)
+	err = checkpoints.WaitFor(wctx, db, "nope", 1, nil)
+	require.ErrorIs(t, err, bustype.ErrUnknownPool)
 
-	err = checkpoint.WaitFor(wctx, db, "orders", 1, &checkpoint.WaitOpts{PollInterval: -time.Second})
+	err = checkpoints.WaitFor(wctx, db, "orders", 1, &bustype.CheckpointWaitOpts{PollInterval: -time.Second})
 	require.EqualError(t, err, "PollInterval must not be negative, got -1s")
 }
 
@@ -358,7 +359,7 @@ func TestAdvanceUsesIndex(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Release()
 	// GetHolder's query reads the same index, in order, without a sort.
-	for name, sql := range map[string]string{"advance": checkpoint.SQLAdvance, "holder": checkpoint.SQLHolder} {
+	for name, sql := range map[string]string{"advance": checkpoints.SQLAdvance, "holder": checkpoints.SQLHolder} {
 		_, err = conn.Exec(ctx, "PREPARE "+name+"(text) AS "+sql)
 		require.NoError(t, err)
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -380,10 +381,10 @@ func TestAdvanceUsesIndex(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	got, err := checkpoint.Advance(ctx, db, "orders")
+	got, err := checkpoints.Advance(ctx, db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(20_000), got)
-	h, err := checkpoint.GetHolder(ctx, db, "orders")
+	h, err := checkpoints.GetHolder(ctx, db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(20_001), h.Sequence)
 }
@@ -415,6 +416,6 @@ func TestIndexExpressionMatchesMigration(t *testing.T) {
 	require.NotEmpty(t, index, "index riverbus_job_unfinished_sequence not found in the migrations")
 	require.Contains(t, index, expr)
 	require.Contains(t, index, "WHERE "+predicate)
-	require.Contains(t, checkpoint.SQLAdvance, "min("+expr+")")
-	require.Contains(t, checkpoint.SQLAdvance, "WHERE kind = $1 AND "+predicate)
+	require.Contains(t, checkpoints.SQLAdvance, "min("+expr+")")
+	require.Contains(t, checkpoints.SQLAdvance, "WHERE kind = $1 AND "+predicate)
 }

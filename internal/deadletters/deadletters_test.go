@@ -1,4 +1,4 @@
-package workers_test
+package deadletters_test
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/deadletters"
+	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -49,10 +52,10 @@ func (w *flakyWorker) handled() []int64 {
 	return append([]int64(nil), w.done...)
 }
 
-func waitDeadLetters(t *testing.T, db *pgxpool.Pool, pool string, n int) []workers.DeadLetter {
+func waitDeadLetters(t *testing.T, db *pgxpool.Pool, pool string, n int) []bustype.DeadLetter {
 	t.Helper()
-	var dls []workers.DeadLetter
-	eventually(t, 30*time.Second, func() bool {
+	var dls []bustype.DeadLetter
+	jobtest.Eventually(t, 30*time.Second, func() bool {
 		dls = listDeadLetters(t, db, pool)
 		return len(dls) == n
 	}, "%d dead letters in pool %s (have %d)", n, pool, len(dls))
@@ -65,15 +68,15 @@ func TestDeadLetterRetryJobPresent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "payments", "payments", 2)
+	jobtest.CreatePool(t, db, "payments", "payments", 2)
 	w := &flakyWorker{}
 	w.broken.Store(true)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	startClient(t, db, ws, map[string]int{"payments": 2}, nil)
+	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, nil)
 
-	ev := event(41, "payment.requested", `{"cents": 500}`)
-	ids := insertEvents(t, db, "payments", ev)
+	ev := jobtest.Event(41, "payment.requested", `{"cents": 500}`)
+	ids := jobtest.InsertEvents(t, db, "payments", ev)
 	dls := waitDeadLetters(t, db, "payments", 1)
 	d := dls[0]
 	require.Len(t, d.Errors, 2)
@@ -85,7 +88,7 @@ func TestDeadLetterRetryJobPresent(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, string(argsWant), string(d.Args))
 	d.Errors, d.DiscardedAt, d.Args = nil, time.Time{}, nil
-	require.Equal(t, workers.DeadLetter{
+	require.Equal(t, bustype.DeadLetter{
 		JobID: ids[0], Pool: "payments", Queue: "payments", GlobalSequence: 41,
 		EventType: "payment.requested", EventKey: "key-41",
 		Attempt: 2, MaxAttempts: 2, Priority: 1,
@@ -95,18 +98,18 @@ func TestDeadLetterRetryJobPresent(t *testing.T) {
 	require.Empty(t, w.handled(), "never completed")
 
 	w.broken.Store(false)
-	res, err := workers.RetryDeadLetter(ctx, db, ids[0])
+	res, err := deadletters.Retry(ctx, db, ids[0])
 	require.NoError(t, err)
-	require.Equal(t, workers.DeadLetterRetry{DeadJobID: ids[0], JobID: ids[0], Action: workers.RetryRequeued}, res)
+	require.Equal(t, bustype.DeadLetterRetryResult{DeadJobID: ids[0], JobID: ids[0], Action: bustype.RetryRequeued}, res)
 
-	j := waitJobState(t, db, ids[0], "completed")
+	j := jobtest.WaitJobState(t, db, ids[0], "completed")
 	// As River's JobRetry: one more attempt, errors kept.
-	require.Equal(t, jobRow{State: "completed", Attempt: 3, MaxAttempts: 3, Errors: 2}, j)
+	require.Equal(t, jobtest.Job{State: "completed", Attempt: 3, MaxAttempts: 3, Errors: 2}, j)
 	require.Equal(t, []int64{41}, w.handled())
 	require.Empty(t, listDeadLetters(t, db, "payments"))
 
-	_, err = workers.RetryDeadLetter(ctx, db, ids[0])
-	require.ErrorIs(t, err, workers.ErrNotFound)
+	_, err = deadletters.Retry(ctx, db, ids[0])
+	require.ErrorIs(t, err, bustype.ErrDeadLetterNotFound)
 	require.EqualError(t, err, fmt.Sprintf("retry dead letter %d: dead letter not found", ids[0]))
 }
 
@@ -120,20 +123,20 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "payments", "payments", 2)
+	jobtest.CreatePool(t, db, "payments", "payments", 2)
 	w := &flakyWorker{}
 	w.broken.Store(true)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	first := startClient(t, db, ws, map[string]int{"payments": 2}, nil)
+	first := jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, nil)
 
-	ids := insertEvents(t, db, "payments", event(7, "payment.requested", `{"cents": 500}`))
+	ids := jobtest.InsertEvents(t, db, "payments", jobtest.Event(7, "payment.requested", `{"cents": 500}`))
 	waitDeadLetters(t, db, "payments", 1)
-	stopClient(t, first) // gives up leadership
+	jobtest.StopClient(t, first) // gives up leadership
 
-	startClient(t, db, ws, map[string]int{"payments": 2}, &workers.ClientOpts{DiscardedJobRetentionPeriod: time.Millisecond})
-	eventually(t, 30*time.Second, func() bool {
-		_, exists := getJob(t, db, ids[0])
+	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, &workers.ClientOpts{DiscardedJobRetentionPeriod: time.Millisecond})
+	jobtest.Eventually(t, 30*time.Second, func() bool {
+		_, exists := jobtest.GetJob(t, db, ids[0])
 		return !exists
 	}, "River's cleaner deleting job %d", ids[0])
 
@@ -146,14 +149,14 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	require.Equal(t, "payment provider down for event 7", dls[0].LastError)
 
 	w.broken.Store(false)
-	res, err := workers.RetryDeadLetter(ctx, db, ids[0])
+	res, err := deadletters.Retry(ctx, db, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, ids[0], res.DeadJobID)
-	require.Equal(t, workers.RetryReinserted, res.Action)
+	require.Equal(t, bustype.RetryReinserted, res.Action)
 	require.Greater(t, res.JobID, ids[0])
 
-	j := waitJobState(t, db, res.JobID, "completed")
-	require.Equal(t, jobRow{State: "completed", Attempt: 1, MaxAttempts: 2, Errors: 0}, j)
+	j := jobtest.WaitJobState(t, db, res.JobID, "completed")
+	require.Equal(t, jobtest.Job{State: "completed", Attempt: 1, MaxAttempts: 2, Errors: 0}, j)
 	require.Equal(t, []int64{7}, w.handled())
 	require.Empty(t, listDeadLetters(t, db, "payments"))
 
@@ -169,18 +172,18 @@ func TestRetryDeadLettersOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "payments", "payments", 1)
+	jobtest.CreatePool(t, db, "payments", "payments", 1)
 	w := &flakyWorker{}
 	w.broken.Store(true)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	startClient(t, db, ws, map[string]int{"payments": 1}, nil)
+	jobtest.StartClient(t, db, ws, map[string]int{"payments": 1}, nil)
 
 	// Job ids are deliberately not in sequence order.
 	seqs := []int64{5, 3, 1, 4, 2}
 	var ids []int64
 	for _, seq := range seqs {
-		ids = append(ids, insertEvents(t, db, "payments", event(seq, "payment.requested", `{}`))...)
+		ids = append(ids, jobtest.InsertEvents(t, db, "payments", jobtest.Event(seq, "payment.requested", `{}`))...)
 	}
 	idOf := make(map[int64]int64)
 	for i, seq := range seqs {
@@ -194,29 +197,35 @@ func TestRetryDeadLettersOrder(t *testing.T) {
 	require.NoError(t, err)
 
 	w.broken.Store(false)
-	res, err := workers.RetryDeadLetters(ctx, db, "payments")
+	res, err := deadletters.RetryPool(ctx, db, "payments")
 	require.NoError(t, err)
 	require.Len(t, res, 5)
-	wantActions := []workers.RetryAction{workers.RetryReinserted, workers.RetryRequeued, workers.RetryReinserted, workers.RetryRequeued, workers.RetryRequeued}
+	wantActions := []bustype.RetryAction{bustype.RetryReinserted, bustype.RetryRequeued, bustype.RetryReinserted, bustype.RetryRequeued, bustype.RetryRequeued}
 	for i, r := range res {
 		seq := int64(i + 1)
 		require.Equal(t, idOf[seq], r.DeadJobID, "result %d", i)
 		require.Equal(t, wantActions[i], r.Action, "result %d", i)
-		if r.Action == workers.RetryRequeued {
+		if r.Action == bustype.RetryRequeued {
 			require.Equal(t, r.DeadJobID, r.JobID)
 		}
 	}
 
-	eventually(t, 30*time.Second, func() bool { return len(w.handled()) == 5 }, "5 events handled (have %v)", w.handled())
+	jobtest.Eventually(t, 30*time.Second, func() bool { return len(w.handled()) == 5 }, "5 events handled (have %v)", w.handled())
 	require.Equal(t, []int64{1, 2, 3, 4, 5}, w.handled())
 	require.Empty(t, listDeadLetters(t, db, "payments"))
 	for _, r := range res {
-		waitJobState(t, db, r.JobID, "completed")
+		jobtest.WaitJobState(t, db, r.JobID, "completed")
 	}
 
-	res, err = workers.RetryDeadLetters(ctx, db, "payments")
+	res, err = deadletters.RetryPool(ctx, db, "payments")
 	require.NoError(t, err)
 	require.Empty(t, res)
+}
+
+// invoice is the data of an "invoice.paid" event.
+type invoice struct {
+	Invoice string `json:"invoice"`
+	Cents   int    `json:"cents"`
 }
 
 // invoiceArgs are the args of pool "invoices".
@@ -229,7 +238,7 @@ func (invoiceArgs) Kind() string { return "invoices" }
 func TestPoisonEventBecomesDeadLetter(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "invoices", "invoices", 3)
+	jobtest.CreatePool(t, db, "invoices", "invoices", 3)
 	var handled, attempts atomic.Int32
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[invoiceArgs]) error {
@@ -240,10 +249,10 @@ func TestPoisonEventBecomesDeadLetter(t *testing.T) {
 		handled.Add(1)
 		return nil
 	}))
-	startClient(t, db, ws, map[string]int{"invoices": 2}, nil)
+	jobtest.StartClient(t, db, ws, map[string]int{"invoices": 2}, nil)
 
-	poison := event(9, "invoice.paid", `{"invoice": "inv-9", "cents": "twelve"}`)
-	ids := insertEvents(t, db, "invoices", event(8, "invoice.paid", `{"invoice": "inv-8", "cents": 800}`), poison)
+	poison := jobtest.Event(9, "invoice.paid", `{"invoice": "inv-9", "cents": "twelve"}`)
+	ids := jobtest.InsertEvents(t, db, "invoices", jobtest.Event(8, "invoice.paid", `{"invoice": "inv-8", "cents": 800}`), poison)
 
 	dls := waitDeadLetters(t, db, "invoices", 1)
 	_, wantErr := workers.Decode[invoice](poison)
@@ -252,8 +261,8 @@ func TestPoisonEventBecomesDeadLetter(t *testing.T) {
 	require.Equal(t, int64(9), dls[0].GlobalSequence)
 	require.Equal(t, 3, dls[0].Attempt)
 	require.Equal(t, wantErr.Error(), dls[0].LastError)
-	require.Equal(t, jobRow{State: "discarded", Attempt: 3, MaxAttempts: 3, Errors: 3}, waitJobState(t, db, ids[1], "discarded"))
-	require.Equal(t, "completed", waitJobState(t, db, ids[0], "completed").State)
+	require.Equal(t, jobtest.Job{State: "discarded", Attempt: 3, MaxAttempts: 3, Errors: 3}, jobtest.WaitJobState(t, db, ids[1], "discarded"))
+	require.Equal(t, "completed", jobtest.WaitJobState(t, db, ids[0], "completed").State)
 	require.Equal(t, int32(1), handled.Load(), "only the good event was handled")
 	require.Equal(t, int32(4), attempts.Load())
 }
@@ -263,7 +272,7 @@ func TestPoisonEventBecomesDeadLetter(t *testing.T) {
 // riverbus_dead_letter.
 func insertDiscarded(t *testing.T, db *pgxpool.Pool, pool string, seq int64) int64 {
 	t.Helper()
-	args, err := json.Marshal(workers.Args{Event: event(seq, "thing.failed", `{}`)})
+	args, err := json.Marshal(workers.Args{Event: jobtest.Event(seq, "thing.failed", `{}`)})
 	require.NoError(t, err)
 	var id int64
 	err = db.QueryRow(context.Background(), `INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, attempt, finalized_at, errors)
@@ -277,33 +286,33 @@ func TestListDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "pa", "pa", 1)
-	createPool(t, db, "pb", "pb", 1)
+	jobtest.CreatePool(t, db, "pa", "pa", 1)
+	jobtest.CreatePool(t, db, "pb", "pb", 1)
 	a1 := insertDiscarded(t, db, "pa", 1)
 	b1 := insertDiscarded(t, db, "pb", 1)
 	a2 := insertDiscarded(t, db, "pa", 2)
 	a3 := insertDiscarded(t, db, "pa", 3)
 
-	all, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{})
+	all, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{})
 	require.NoError(t, err)
 	require.Equal(t, []int64{a1, b1, a2, a3}, deadLetterIDs(all))
 	require.Equal(t, "boom 1", all[0].LastError)
 	require.Equal(t, "thing.failed", all[0].EventType)
 
-	page1, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "pa", Limit: 2})
+	page1, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "pa", Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []int64{a1, a2}, deadLetterIDs(page1))
-	page2, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "pa", Limit: 2, AfterJobID: page1[1].JobID})
+	page2, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "pa", Limit: 2, AfterJobID: page1[1].JobID})
 	require.NoError(t, err)
 	require.Equal(t, []int64{a3}, deadLetterIDs(page2))
 
-	none, err := workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Pool: "nope"})
+	none, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "nope"})
 	require.NoError(t, err)
 	require.Empty(t, none)
 
-	_, err = workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Limit: -1})
+	_, err = deadletters.List(ctx, db, bustype.DeadLetterListParams{Limit: -1})
 	require.EqualError(t, err, "Limit must be between 1 and 10000, got -1")
-	_, err = workers.ListDeadLetters(ctx, db, workers.DeadLetterListParams{Limit: 10_001})
+	_, err = deadletters.List(ctx, db, bustype.DeadLetterListParams{Limit: 10_001})
 	require.EqualError(t, err, "Limit must be between 1 and 10000, got 10001")
 }
 
@@ -311,8 +320,8 @@ func TestPurgeDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "pa", "pa", 1)
-	createPool(t, db, "pb", "pb", 1)
+	jobtest.CreatePool(t, db, "pa", "pa", 1)
+	jobtest.CreatePool(t, db, "pb", "pb", 1)
 	a1 := insertDiscarded(t, db, "pa", 1)
 	a2 := insertDiscarded(t, db, "pa", 2)
 	a3 := insertDiscarded(t, db, "pa", 3)
@@ -321,22 +330,22 @@ func TestPurgeDeadLetters(t *testing.T) {
 	_, err := db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, a2)
 	require.NoError(t, err)
 
-	require.NoError(t, workers.PurgeDeadLetter(ctx, db, a1))
-	_, exists := getJob(t, db, a1)
+	require.NoError(t, deadletters.Purge(ctx, db, a1))
+	_, exists := jobtest.GetJob(t, db, a1)
 	require.False(t, exists, "the discarded job goes too")
-	err = workers.PurgeDeadLetter(ctx, db, a1)
-	require.ErrorIs(t, err, workers.ErrNotFound)
+	err = deadletters.Purge(ctx, db, a1)
+	require.ErrorIs(t, err, bustype.ErrDeadLetterNotFound)
 
-	n, err := workers.PurgeDeadLetters(ctx, db, "pa")
+	n, err := deadletters.PurgePool(ctx, db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	_, exists = getJob(t, db, a3)
+	_, exists = jobtest.GetJob(t, db, a3)
 	require.False(t, exists)
 	require.Equal(t, []int64{b1}, deadLetterIDs(listDeadLetters(t, db, "")))
-	_, exists = getJob(t, db, b1)
+	_, exists = jobtest.GetJob(t, db, b1)
 	require.True(t, exists)
 
-	n, err = workers.PurgeDeadLetters(ctx, db, "pa")
+	n, err = deadletters.PurgePool(ctx, db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
 }
@@ -347,7 +356,7 @@ func TestRetryDeadLetterAlreadyRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "pa", "pa", 1)
+	jobtest.CreatePool(t, db, "pa", "pa", 1)
 	id := insertDiscarded(t, db, "pa", 1)
 	_, err := db.Exec(ctx, `UPDATE river_job SET state = 'completed' WHERE id = $1`, id)
 	require.NoError(t, err)
@@ -356,10 +365,10 @@ func TestRetryDeadLetterAlreadyRetried(t *testing.T) {
 	require.Len(t, dls, 1)
 	require.Equal(t, rivertype.JobStateCompleted, dls[0].JobState)
 
-	res, err := workers.RetryDeadLetter(ctx, db, id)
+	res, err := deadletters.Retry(ctx, db, id)
 	require.NoError(t, err)
-	require.Equal(t, workers.DeadLetterRetry{DeadJobID: id, JobID: id, Action: workers.RetryAlreadyRetried}, res)
-	j, _ := getJob(t, db, id)
+	require.Equal(t, bustype.DeadLetterRetryResult{DeadJobID: id, JobID: id, Action: bustype.RetryAlreadyRetried}, res)
+	j, _ := jobtest.GetJob(t, db, id)
 	require.Equal(t, "completed", j.State)
 	require.Empty(t, listDeadLetters(t, db, "pa"))
 }
@@ -371,7 +380,7 @@ func TestRetryDeadLetterNotifiesRiver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "pa", "queue_a", 1)
+	jobtest.CreatePool(t, db, "pa", "queue_a", 1)
 	id := insertDiscarded(t, db, "pa", 1)
 	_, err := db.Exec(ctx, `UPDATE river_job SET queue = 'queue_a' WHERE id = $1`, id)
 	require.NoError(t, err)
@@ -382,7 +391,7 @@ func TestRetryDeadLetterNotifiesRiver(t *testing.T) {
 	_, err = conn.Exec(ctx, `LISTEN "public.river_insert"`)
 	require.NoError(t, err)
 
-	_, err = workers.RetryDeadLetter(ctx, db, id)
+	_, err = deadletters.Retry(ctx, db, id)
 	require.NoError(t, err)
 
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -405,7 +414,7 @@ func TestRiverJobRetryRemovesDeadLetter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	createPool(t, db, "pa", "pa", 1)
+	jobtest.CreatePool(t, db, "pa", "pa", 1)
 	id := insertDiscarded(t, db, "pa", 1)
 	require.Len(t, listDeadLetters(t, db, "pa"), 1)
 
@@ -431,7 +440,7 @@ func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := pgtest.NewPool(t)
-			createPool(t, db, "pa", "pa", 1)
+			jobtest.CreatePool(t, db, "pa", "pa", 1)
 			id := insertDiscarded(t, db, "pa", 1)
 			client, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
 			require.NoError(t, err)
@@ -446,13 +455,13 @@ func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				if op == "retry" {
-					_, err := workers.RetryDeadLetter(ctx, db, id)
+					_, err := deadletters.Retry(ctx, db, id)
 					done <- err
 				} else {
-					done <- workers.PurgeDeadLetter(ctx, db, id)
+					done <- deadletters.Purge(ctx, db, id)
 				}
 			}()
-			eventually(t, 10*time.Second, func() bool {
+			jobtest.Eventually(t, 10*time.Second, func() bool {
 				var waiting int
 				require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
@@ -463,8 +472,8 @@ func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
 			require.NoError(t, err, "River's retry")
 			require.Equal(t, rivertype.JobStateAvailable, job.State)
 			require.NoError(t, tx.Commit(ctx))
-			require.ErrorIs(t, <-done, workers.ErrNotFound, "the dead letter was retried by River first")
-			j, exists := getJob(t, db, id)
+			require.ErrorIs(t, <-done, bustype.ErrDeadLetterNotFound, "the dead letter was retried by River first")
+			j, exists := jobtest.GetJob(t, db, id)
 			require.True(t, exists)
 			require.Equal(t, "available", j.State)
 			require.Empty(t, listDeadLetters(t, db, "pa"))

@@ -1,67 +1,36 @@
-package checkpoint
+package checkpoints
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/pools"
 )
-
-// ErrUnknownPool is returned for a pool name that does not exist. The error
-// it comes wrapped in lists the pools that do.
-var ErrUnknownPool = bustype.ErrUnknownPool
-
-// WaitPollIntervalDefault is the default of WaitOpts.PollInterval.
-const WaitPollIntervalDefault = 20 * time.Millisecond
-
-// DB is what the functions of this package need from a database handle:
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Status is where a pool stands.
-type Status struct {
-	// Pool is the pool's name.
-	Pool string
-	// Horizon is the global horizon: every sequence ≤ Horizon is visible or
-	// will never commit. It is shared by all pools.
-	Horizon int64
-	// Cursor: every event ≤ Cursor has been turned into a job of the pool
-	// (or filtered out).
-	Cursor int64
-	// Checkpoint: every job of the pool for an event ≤ Checkpoint is
-	// finished, as last stored by Advance.
-	Checkpoint int64
-	// Lag is Horizon − Checkpoint, or 0 when the checkpoint is ahead of the
-	// horizon (a pool created to start after a future sequence).
-	Lag int64
-}
 
 // Advance computes the checkpoint of pool, stores it if it moved forward, and
 // returns it. It runs one statement; see the package documentation for the
 // formula and why one snapshot matters. It returns the stored checkpoint
 // (or, when a concurrent Advance stored a higher one at the same moment, a
 // value no higher than that one and no lower than this call's result). An
-// unknown pool gives an error wrapping ErrUnknownPool.
+// unknown pool gives an error wrapping bustype.ErrUnknownPool.
 //
 // Advance writes, and so locks the pool row, only when the checkpoint moves;
 // then it waits for a fan-out batch of the pool that is in flight, and a
 // fan-out that tries to lock the row meanwhile skips the pool for that
 // round.
-func Advance(ctx context.Context, db DB, pool string) (int64, error) {
+func Advance(ctx context.Context, db database.DB, pool string) (int64, error) {
 	var seq int64
 	err := db.QueryRow(ctx, sqlAdvance, pool).Scan(&seq)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, unknownPool(ctx, db, pool)
+		return 0, pools.UnknownError(ctx, db, pool)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("advance checkpoint of pool %q: %w", pool, err)
@@ -71,7 +40,7 @@ func Advance(ctx context.Context, db DB, pool string) (int64, error) {
 
 // AdvanceAll advances the checkpoint of every pool and returns the
 // checkpoints by pool name. A pool deleted while it runs is left out.
-func AdvanceAll(ctx context.Context, db DB) (map[string]int64, error) {
+func AdvanceAll(ctx context.Context, db database.DB) (map[string]int64, error) {
 	names, err := poolNames(ctx, db)
 	if err != nil {
 		return nil, err
@@ -79,7 +48,7 @@ func AdvanceAll(ctx context.Context, db DB) (map[string]int64, error) {
 	out := make(map[string]int64, len(names))
 	for _, name := range names {
 		seq, err := Advance(ctx, db, name)
-		if errors.Is(err, ErrUnknownPool) {
+		if errors.Is(err, bustype.ErrUnknownPool) {
 			continue
 		}
 		if err != nil {
@@ -92,47 +61,38 @@ func AdvanceAll(ctx context.Context, db DB) (map[string]int64, error) {
 
 // Get returns the stored horizon, cursor and checkpoint of pool and its lag.
 // It does not advance the checkpoint; call Advance first for a fresh one. An
-// unknown pool gives an error wrapping ErrUnknownPool.
-func Get(ctx context.Context, db DB, pool string) (Status, error) {
-	st := Status{Pool: pool}
+// unknown pool gives an error wrapping bustype.ErrUnknownPool.
+func Get(ctx context.Context, db database.DB, pool string) (bustype.Checkpoint, error) {
+	st := bustype.Checkpoint{Pool: pool}
 	err := db.QueryRow(ctx, sqlStatus, pool).Scan(&st.Horizon, &st.Cursor, &st.Checkpoint)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Status{}, unknownPool(ctx, db, pool)
+		return bustype.Checkpoint{}, pools.UnknownError(ctx, db, pool)
 	}
 	if err != nil {
-		return Status{}, fmt.Errorf("get checkpoint of pool %q: %w", pool, err)
+		return bustype.Checkpoint{}, fmt.Errorf("get checkpoint of pool %q: %w", pool, err)
 	}
 	st.Lag = max(st.Horizon-st.Checkpoint, 0)
 	return st, nil
-}
-
-// WaitOpts are the optional settings of WaitFor.
-type WaitOpts struct {
-	// PollInterval is how long WaitFor sleeps between two Advance calls.
-	// Zero means WaitPollIntervalDefault; negative is an error.
-	PollInterval time.Duration
 }
 
 // WaitFor returns nil once the checkpoint of pool is at least seq, that is
 // once every job of the pool for an event ≤ seq is finished. It advances the
 // checkpoint every opts.PollInterval while it waits; opts may be nil. It
 // returns the context's error when ctx ends first, and an error wrapping
-// ErrUnknownPool for an unknown pool.
+// bustype.ErrUnknownPool for an unknown pool. A negative PollInterval gives
+// an error that names it.
 //
 // A pool whose filter skips the event at seq still reaches seq: the
 // checkpoint follows the cursor. db must not be a transaction at REPEATABLE
 // READ or SERIALIZABLE, whose snapshot would never see the jobs finish.
-func WaitFor(ctx context.Context, db DB, pool string, seq int64, opts *WaitOpts) error {
+func WaitFor(ctx context.Context, db database.DB, pool string, seq int64, opts *bustype.CheckpointWaitOpts) error {
 	if opts == nil {
-		opts = &WaitOpts{}
+		opts = &bustype.CheckpointWaitOpts{}
 	}
 	if opts.PollInterval < 0 {
 		return fmt.Errorf("PollInterval must not be negative, got %s", opts.PollInterval)
 	}
-	interval := opts.PollInterval
-	if interval == 0 {
-		interval = WaitPollIntervalDefault
-	}
+	interval := cmp.Or(opts.PollInterval, bustype.CheckpointWaitPollIntervalDefault)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -155,7 +115,7 @@ func WaitFor(ctx context.Context, db DB, pool string, seq int64, opts *WaitOpts)
 	}
 }
 
-func poolNames(ctx context.Context, db DB) ([]string, error) {
+func poolNames(ctx context.Context, db database.DB) ([]string, error) {
 	rows, err := db.Query(ctx, sqlPoolNames)
 	if err != nil {
 		return nil, fmt.Errorf("list pools: %w", err)
@@ -167,24 +127,11 @@ func poolNames(ctx context.Context, db DB) ([]string, error) {
 	return names, nil
 }
 
-// unknownPool builds the ErrUnknownPool error for pool, listing the pools
-// that exist.
-func unknownPool(ctx context.Context, db DB, pool string) error {
-	names, err := poolNames(ctx, db)
-	if err != nil {
-		return fmt.Errorf("%w %q", ErrUnknownPool, pool)
-	}
-	if len(names) == 0 {
-		return fmt.Errorf("%w %q (there are no pools)", ErrUnknownPool, pool)
-	}
-	return fmt.Errorf("%w %q (pools: %s)", ErrUnknownPool, pool, strings.Join(names, ", "))
-}
-
 // RunAdvancer advances every pool's checkpoint each interval until ctx ends,
 // then returns nil. Errors (a database outage) are logged and retried at the
 // next tick. Any number of processes may run it: Advance only moves a
 // checkpoint forward.
-func RunAdvancer(ctx context.Context, db DB, interval time.Duration, logger *slog.Logger) error {
+func RunAdvancer(ctx context.Context, db database.DB, interval time.Duration, logger *slog.Logger) error {
 	if interval <= 0 {
 		return fmt.Errorf("checkpoint advancer: interval must be positive, got %s", interval)
 	}

@@ -1,4 +1,4 @@
-package workers
+package deadletters
 
 import (
 	"context"
@@ -6,97 +6,31 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/database"
 )
 
-// ErrNotFound is returned for a job id that is not a dead letter.
-var ErrNotFound = bustype.ErrDeadLetterNotFound
-
-// ErrUndeliverable is returned by RetryDeadLetter for the dead letter of an
-// event whose envelope still cannot be encoded: repair the event's row in
-// riverbus_event first, or purge the dead letter.
-var ErrUndeliverable = bustype.ErrUndeliverable
-
-// Limits of DeadLetterListParams.
-const (
-	DeadLetterListLimitDefault = 100
-	DeadLetterListLimitMax     = 10_000
-)
-
-// DeadLetter is a pool job River discarded after its last attempt, as kept
-// in riverbus_dead_letter.
-type DeadLetter struct {
-	// JobID is the id of the discarded River job.
-	JobID int64
-	// Pool is the pool, which is the job's kind.
-	Pool string
-	// Queue is the River queue the job was in.
-	Queue string
-	// GlobalSequence is the event's global sequence, 0 when the args had
-	// none.
-	GlobalSequence int64
-	// EventType and EventKey are the event's type and key, from the args.
-	EventType string
-	EventKey  string
-	// Late is true for a late event.
-	Late bool
-	// Attempt is the number of attempts made; MaxAttempts the most allowed.
-	Attempt     int
-	MaxAttempts int
-	// Priority is the job's River priority.
-	Priority int
-	// LastError is the error text of the last attempt, empty when none was
-	// recorded (a job discarded by the rescuer, say).
-	LastError string
-	// Errors are all the attempts' errors River recorded, oldest first.
-	Errors []rivertype.AttemptError
-	// DiscardedAt is when River discarded the job.
-	DiscardedAt time.Time
-	// JobExists is true while the river_job row still exists; River's job
-	// cleaner deletes discarded jobs after DiscardedJobRetentionPeriod.
-	JobExists bool
-	// JobState is the river_job row's state when it exists:
-	// rivertype.JobStateDiscarded. (A job put back to work by River UI or
-	// Client.JobRetry is no longer a dead letter: a trigger removes it. Only
-	// a job finished by other means, plain SQL say, or retried before
-	// migration 009, leaves a dead letter in another state.)
-	JobState rivertype.JobState
-	// Args are the job's args: the event envelope (see Args).
-	Args json.RawMessage
-}
-
-// DeadLetterListParams select the dead letters ListDeadLetters returns.
-type DeadLetterListParams struct {
-	// Pool limits the list to one pool; empty lists all pools.
-	Pool string
-	// Limit is the most dead letters returned. Zero:
-	// DeadLetterListLimitDefault; at most DeadLetterListLimitMax.
-	Limit int
-	// AfterJobID returns dead letters with a higher job id only: pass the
-	// last JobID of a page to get the next.
-	AfterJobID int64
-}
-
-// ListDeadLetters returns dead letters in job id order.
-func ListDeadLetters(ctx context.Context, db DB, params DeadLetterListParams) ([]DeadLetter, error) {
+// List returns the dead letters params selects, in job id order. A Limit
+// out of range gives an error that names it.
+func List(ctx context.Context, db database.DB, params bustype.DeadLetterListParams) ([]bustype.DeadLetter, error) {
 	limit := params.Limit
 	switch {
 	case limit == 0:
-		limit = DeadLetterListLimitDefault
-	case limit < 0 || limit > DeadLetterListLimitMax:
-		return nil, fmt.Errorf("Limit must be between 1 and %d, got %d", DeadLetterListLimitMax, limit)
+		limit = bustype.DeadLetterListLimitDefault
+	case limit < 0 || limit > bustype.DeadLetterListLimitMax:
+		return nil, fmt.Errorf("Limit must be between 1 and %d, got %d", bustype.DeadLetterListLimitMax, limit)
 	}
 	rows, err := db.Query(ctx, sqlDeadLetterList, params.Pool, params.AfterJobID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (bustype.DeadLetter, error) {
 		var (
-			d        DeadLetter
+			d        bustype.DeadLetter
 			seq      *int64
 			errsJSON []byte
 			state    *string
@@ -124,83 +58,58 @@ func ListDeadLetters(ctx context.Context, db DB, params DeadLetterListParams) ([
 	return out, nil
 }
 
-// RetryAction says what RetryDeadLetter did with one dead letter.
-type RetryAction string
-
-const (
-	// RetryRequeued: the discarded river_job row was made available again,
-	// as River's JobRetry does (one more attempt when all were used; attempt
-	// count and errors kept).
-	RetryRequeued RetryAction = "requeued"
-	// RetryReinserted: River's cleaner had deleted the river_job row, so a
-	// new available job was inserted with the same kind, queue, args, max
-	// attempts and priority (and a fresh attempt count).
-	RetryReinserted RetryAction = "reinserted"
-	// RetryAlreadyRetried: the river_job row was no longer discarded — it
-	// was finished by other means than River's retry (which removes the
-	// dead letter itself), or retried before migration 009 — so it was
-	// left alone and only the stale dead letter removed.
-	RetryAlreadyRetried RetryAction = "already_retried"
-	// RetryUndeliverable: the dead letter is of an event the fan-out could
-	// not turn into a job, and its envelope, rebuilt from riverbus_event,
-	// still cannot be encoded: it was left as it is. Repair the event row,
-	// or purge the dead letter.
-	RetryUndeliverable RetryAction = "undeliverable"
-)
-
-// DeadLetterRetry is the outcome of retrying one dead letter.
-type DeadLetterRetry struct {
-	// DeadJobID is the job id of the dead letter.
-	DeadJobID int64
-	// JobID is the job that works the event again: DeadJobID unless the job
-	// was reinserted.
-	JobID int64
-	// Action says what was done.
-	Action RetryAction
-	// Reason is why the dead letter stays, for RetryUndeliverable.
-	Reason string
+// Get returns the dead letter of job jobID. A job id that is not a dead
+// letter gives an error wrapping bustype.ErrDeadLetterNotFound.
+func Get(ctx context.Context, db database.DB, jobID int64) (*bustype.DeadLetter, error) {
+	dls, err := List(ctx, db, bustype.DeadLetterListParams{AfterJobID: jobID - 1, Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(dls) == 0 || dls[0].JobID != jobID {
+		return nil, fmt.Errorf("dead letter %d: %w", jobID, bustype.ErrDeadLetterNotFound)
+	}
+	return &dls[0], nil
 }
 
-// RetryDeadLetter puts the dead letter of job jobID back to work and removes
+// Retry puts the dead letter of job jobID back to work and removes
 // it from riverbus_dead_letter, in one transaction: if the river_job row is
 // still there and discarded it is made available again as River's JobRetry
 // would; if River's cleaner deleted it, a new job is inserted. A dead letter
 // of an event the fan-out could not turn into a job carries a stub instead
 // of the envelope: the envelope is rebuilt from the event's row in
 // riverbus_event (repair it first), and if it still cannot be encoded the
-// dead letter stays, with ErrUndeliverable and the Action
-// RetryUndeliverable. River
-// producers of the job's queue are notified on commit. No River client is
-// needed. A job id that is not a dead letter gives ErrNotFound.
+// dead letter stays, with an error wrapping bustype.ErrUndeliverable and
+// the Action bustype.RetryUndeliverable. River producers of the job's queue are notified on
+// commit. No River client is needed. A job id that is not a dead letter
+// gives an error wrapping bustype.ErrDeadLetterNotFound.
 //
 // A retried job below a pool's stored checkpoint does not pull the
 // checkpoint back (see package checkpoint).
-func RetryDeadLetter(ctx context.Context, db DB, jobID int64) (DeadLetterRetry, error) {
-	var out []DeadLetterRetry
+func Retry(ctx context.Context, db database.DB, jobID int64) (bustype.DeadLetterRetryResult, error) {
+	var out []bustype.DeadLetterRetryResult
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		out, err = retry(ctx, tx, sqlJobLockDeadOne, sqlDeadLetterLockOne, jobID)
 		return err
 	})
 	if err != nil {
-		return DeadLetterRetry{}, fmt.Errorf("retry dead letter %d: %w", jobID, err)
+		return bustype.DeadLetterRetryResult{}, fmt.Errorf("retry dead letter %d: %w", jobID, err)
 	}
 	if len(out) == 0 {
-		return DeadLetterRetry{}, fmt.Errorf("retry dead letter %d: %w", jobID, ErrNotFound)
+		return bustype.DeadLetterRetryResult{}, fmt.Errorf("retry dead letter %d: %w", jobID, bustype.ErrDeadLetterNotFound)
 	}
-	if out[0].Action == RetryUndeliverable {
-		return out[0], fmt.Errorf("retry dead letter %d: %w: %s", jobID, ErrUndeliverable, out[0].Reason)
+	if out[0].Action == bustype.RetryUndeliverable {
+		return out[0], fmt.Errorf("retry dead letter %d: %w: %s", jobID, bustype.ErrUndeliverable, out[0].Reason)
 	}
 	return out[0], nil
 }
 
-// RetryDeadLetters retries every dead letter of pool as RetryDeadLetter
-// does, in one transaction, so that River works them again in global
+// RetryPool retries every dead letter of pool as Retry does, in one transaction, so that River works them again in global
 // sequence order (dead letters without a sequence last, by job id). It
 // returns what it did with each, in that order; none for a pool without dead
 // letters.
-func RetryDeadLetters(ctx context.Context, db DB, pool string) ([]DeadLetterRetry, error) {
-	var out []DeadLetterRetry
+func RetryPool(ctx context.Context, db database.DB, pool string) ([]bustype.DeadLetterRetryResult, error) {
+	var out []bustype.DeadLetterRetryResult
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		out, err = retry(ctx, tx, sqlJobLockDeadPool, sqlDeadLetterLockPool, pool)
@@ -215,7 +124,7 @@ func RetryDeadLetters(ctx context.Context, db DB, pool string) ([]DeadLetterRetr
 // retry retries the dead letters that lockQuery (job_id, queue) selects and
 // locks, in the order it returns them, after jobLockQuery (id, state, queue)
 // locked their river_job rows that exist.
-func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg any) (out []DeadLetterRetry, err error) {
+func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg any) (out []bustype.DeadLetterRetryResult, err error) {
 	// Job rows first (see the queries): from here on none can disappear.
 	rows, err := tx.Query(ctx, jobLockQuery, arg)
 	if err != nil {
@@ -279,7 +188,7 @@ func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg a
 		defer func() {
 			// The ones left, in job id order, after the others.
 			for _, id := range slices.Sorted(maps.Keys(stay)) {
-				out = append(out, DeadLetterRetry{DeadJobID: id, JobID: id, Action: RetryUndeliverable, Reason: stay[id]})
+				out = append(out, bustype.DeadLetterRetryResult{DeadJobID: id, JobID: id, Action: bustype.RetryUndeliverable, Reason: stay[id]})
 			}
 		}()
 	}
@@ -288,28 +197,28 @@ func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg a
 	}
 	ids := deadIDs(deads)
 
-	out = make([]DeadLetterRetry, len(deads))
+	out = make([]bustype.DeadLetterRetryResult, len(deads))
 	var (
 		requeueIDs, reinsertIDs     []int64
 		requeueRanks, reinsertRanks []int32 // rank: position in the order to work
 		queues                      []string
 	)
 	for i, d := range deads {
-		out[i] = DeadLetterRetry{DeadJobID: d.id, JobID: d.id}
+		out[i] = bustype.DeadLetterRetryResult{DeadJobID: d.id, JobID: d.id}
 		j, exists := jobs[d.id]
 		switch {
 		case !exists:
-			out[i].Action = RetryReinserted
+			out[i].Action = bustype.RetryReinserted
 			reinsertIDs = append(reinsertIDs, d.id)
 			reinsertRanks = append(reinsertRanks, int32(i))
 			queues = append(queues, d.queue)
 		case j.state == rivertype.JobStateDiscarded:
-			out[i].Action = RetryRequeued
+			out[i].Action = bustype.RetryRequeued
 			requeueIDs = append(requeueIDs, d.id)
 			requeueRanks = append(requeueRanks, int32(i))
 			queues = append(queues, j.queue)
 		default:
-			out[i].Action = RetryAlreadyRetried
+			out[i].Action = bustype.RetryAlreadyRetried
 		}
 	}
 
@@ -336,7 +245,7 @@ func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg a
 			return nil, fmt.Errorf("reinsert jobs: %w", err)
 		}
 		for i := range out {
-			if out[i].Action == RetryReinserted {
+			if out[i].Action == bustype.RetryReinserted {
 				n, ok := newIDs[out[i].DeadJobID]
 				if !ok {
 					return nil, fmt.Errorf("reinsert jobs: no job inserted for dead letter %d", out[i].DeadJobID)
@@ -351,7 +260,7 @@ func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg a
 	// Jobs of ordered pools go back in line in their lane.
 	retried := make([]int64, 0, len(out))
 	for _, r := range out {
-		if r.Action != RetryAlreadyRetried {
+		if r.Action != bustype.RetryAlreadyRetried {
 			retried = append(retried, r.JobID)
 		}
 	}
@@ -377,16 +286,16 @@ func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg a
 	return out, nil
 }
 
-// PurgeDeadLetter gives up on the dead letter of job jobID: it deletes it
-// and, if it is still there and discarded, its river_job row. A job id that
-// is not a dead letter gives ErrNotFound.
-func PurgeDeadLetter(ctx context.Context, db DB, jobID int64) error {
+// Purge gives up on the dead letter of job jobID: it deletes it and, if it
+// is still there and discarded, its river_job row. A job id that is not a
+// dead letter gives an error wrapping bustype.ErrDeadLetterNotFound.
+func Purge(ctx context.Context, db database.DB, jobID int64) error {
 	n, err := purge(ctx, db, sqlJobLockDeadOne, sqlDeadLetterPurgeOne, jobID)
 	if err != nil {
 		return fmt.Errorf("purge dead letter %d: %w", jobID, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("purge dead letter %d: %w", jobID, ErrNotFound)
+		return fmt.Errorf("purge dead letter %d: %w", jobID, bustype.ErrDeadLetterNotFound)
 	}
 	return nil
 }
@@ -395,7 +304,7 @@ func PurgeDeadLetter(ctx context.Context, db DB, jobID int64) error {
 // first, as retry does), runs a purge query and releases the ordered lanes
 // the purged dead letters held (a pool that blocks on dead letters waits for
 // this).
-func purge(ctx context.Context, db DB, jobLockQuery, query string, arg any) (int, error) {
+func purge(ctx context.Context, db database.DB, jobLockQuery, query string, arg any) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, jobLockQuery, arg); err != nil {
@@ -451,9 +360,9 @@ func collectLanes(rows pgx.Rows) (kinds, lanes []string, err error) {
 	return kinds, lanes, err
 }
 
-// PurgeDeadLetters purges every dead letter of pool as PurgeDeadLetter does
-// and returns how many there were.
-func PurgeDeadLetters(ctx context.Context, db DB, pool string) (int, error) {
+// PurgePool purges every dead letter of pool as Purge does and returns how
+// many there were.
+func PurgePool(ctx context.Context, db database.DB, pool string) (int, error) {
 	n, err := purge(ctx, db, sqlJobLockDeadPool, sqlDeadLetterPurgePool, pool)
 	if err != nil {
 		return 0, fmt.Errorf("purge dead letters of pool %q: %w", pool, err)

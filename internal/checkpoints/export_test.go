@@ -1,4 +1,4 @@
-package checkpoint
+package checkpoints
 
 // SQLAdvance lets the tests EXPLAIN the query Advance runs.
 const SQLAdvance = sqlAdvance

@@ -1,4 +1,4 @@
-package checkpoint
+package checkpoints
 
 // The CASE expression and the partial-index predicate in sqlAdvance are
 // textually identical to the index riverbus_job_unfinished_sequence in

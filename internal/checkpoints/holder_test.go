@@ -1,4 +1,4 @@
-package checkpoint_test
+package checkpoints_test
 
 import (
 	"context"
@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
@@ -30,24 +32,24 @@ func TestGetHolder(t *testing.T) {
 	db := pgtest.NewPool(t)
 	createPool(t, db, "orders", "orders", 9)
 
-	_, err := checkpoint.GetHolder(ctx, db, "nope")
-	require.ErrorIs(t, err, checkpoint.ErrUnknownPool)
-	h, err := checkpoint.GetHolder(ctx, db, "orders")
+	_, err := checkpoints.GetHolder(ctx, db, "nope")
+	require.ErrorIs(t, err, bustype.ErrUnknownPool)
+	h, err := checkpoints.GetHolder(ctx, db, "orders")
 	require.NoError(t, err)
 	require.Nil(t, h, "no unfinished job, nothing holds")
 
 	ids := insertJobs(t, db, "orders", "orders", 5, 7, 9)
 	failJob(t, db, ids[0], "retryable", "charge failed: card declined", time.Hour)
 	failJob(t, db, ids[0], "retryable", "charge failed: \x1b[31mred\x1b[0m", time.Hour)
-	_, err = checkpoint.Advance(ctx, db, "orders")
+	_, err = checkpoints.Advance(ctx, db, "orders")
 	require.NoError(t, err)
 
-	h, err = checkpoint.GetHolder(ctx, db, "orders")
+	h, err = checkpoints.GetHolder(ctx, db, "orders")
 	require.NoError(t, err)
 	require.NotNil(t, h)
 	require.Equal(t, ids[0], h.ID)
 	require.Equal(t, int64(5), h.Sequence)
-	require.Equal(t, "retryable", h.State)
+	require.Equal(t, rivertype.JobStateRetryable, h.State)
 	require.Equal(t, 2, h.Attempt)
 	require.Equal(t, 3, h.MaxAttempts)
 	require.Equal(t, "charge failed: \x1b[31mred\x1b[0m", h.LastError, "the last attempt's error, as the handler wrote it")
@@ -59,11 +61,11 @@ func TestGetHolder(t *testing.T) {
 
 	// The holder finishes: the next one holds, with no error yet.
 	finish(t, db, "completed", ids[0])
-	h, err = checkpoint.GetHolder(ctx, db, "orders")
+	h, err = checkpoints.GetHolder(ctx, db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, ids[1], h.ID)
 	require.Equal(t, int64(7), h.Sequence)
-	require.Equal(t, "available", h.State)
+	require.Equal(t, rivertype.JobStateAvailable, h.State)
 	require.Empty(t, h.LastError)
 }
 
@@ -92,7 +94,7 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 
 	// The lane's job in flight, retrying.
 	failJob(t, db, dead, "retryable", "ledger timed out", time.Minute)
-	h, err := checkpoint.GetHolder(ctx, db, "ledger")
+	h, err := checkpoints.GetHolder(ctx, db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, dead, h.ID)
 	require.Equal(t, "k1", *h.Lane)
@@ -102,11 +104,11 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'running' WHERE id = $1`, dead)
 	require.NoError(t, err)
 	failJob(t, db, dead, "discarded", "ledger rejected the entry", 0)
-	h, err = checkpoint.GetHolder(ctx, db, "ledger")
+	h, err = checkpoints.GetHolder(ctx, db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, pending, h.ID)
 	require.Equal(t, int64(2), h.Sequence)
-	require.Equal(t, "pending", h.State)
+	require.Equal(t, rivertype.JobStatePending, h.State)
 	require.NotNil(t, h.LaneBlocker)
 	b := h.LaneBlocker
 	require.True(t, b.DeadLetter)
@@ -120,7 +122,7 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 	// Purged, the dead letter no longer blocks: nothing does.
 	_, err = db.Exec(ctx, `DELETE FROM riverbus_dead_letter WHERE job_id = $1`, dead)
 	require.NoError(t, err)
-	h, err = checkpoint.GetHolder(ctx, db, "ledger")
+	h, err = checkpoints.GetHolder(ctx, db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, pending, h.ID)
 	require.Nil(t, h.LaneBlocker)

@@ -1,0 +1,94 @@
+package bustype
+
+import (
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Checkpoint is where a pool stands: how far the log is proven (Horizon),
+// fanned out to the pool (Cursor) and handled by it (Checkpoint).
+type Checkpoint struct {
+	// Pool is the pool's name.
+	Pool string
+	// Horizon is the global horizon: every sequence ≤ Horizon is visible or
+	// will never commit. It is shared by all pools.
+	Horizon int64
+	// Cursor: every event ≤ Cursor has been turned into a job of the pool
+	// (or filtered out).
+	Cursor int64
+	// Checkpoint: every job of the pool for an event ≤ Checkpoint is
+	// finished (completed, cancelled, or discarded as a dead letter).
+	Checkpoint int64
+	// Lag is Horizon − Checkpoint, or 0 when the checkpoint is ahead of the
+	// horizon (a pool created to start after a future sequence).
+	Lag int64
+}
+
+// PoolJob is a job of a pool as a CheckpointHolder reports it: a River job,
+// or a dead letter kept in riverbus_dead_letter.
+type PoolJob struct {
+	// ID is the River job id (a dead letter keeps the id of its job).
+	ID int64
+	// Sequence is the global sequence of the job's event.
+	Sequence int64
+	// State is River's state of the job; rivertype.JobStateDiscarded for a
+	// dead letter.
+	State rivertype.JobState
+	// DeadLetter is true for a dead letter: a job River discarded after its
+	// last attempt, kept until an operator retries or purges it.
+	DeadLetter bool
+	// Attempt is the number of attempts so far; MaxAttempts the most River
+	// makes before the job becomes a dead letter.
+	Attempt, MaxAttempts int
+	// ScheduledAt is River's scheduled_at: for a retryable or scheduled job,
+	// the time of its next attempt. Zero for a dead letter.
+	ScheduledAt time.Time
+	// DiscardedAt is when a dead letter was discarded; zero otherwise.
+	DiscardedAt time.Time
+	// LastError is the error of the job's last failed attempt, "" when
+	// none failed. It is the handler's text: escape it before printing it
+	// to a terminal.
+	LastError string
+	// Lane is the lane (the event's key, or "" in a globally ordered pool)
+	// of a job of an ordered pool; nil in other pools.
+	Lane *string
+}
+
+// CheckpointHolder is what holds a pool's checkpoint: the pool's unfinished
+// job of the lowest sequence. The checkpoint cannot pass Sequence−1 until it
+// finishes (completed, cancelled, or discarded as a dead letter).
+type CheckpointHolder struct {
+	PoolJob
+	// HeldSince is when the checkpoint last moved, or when the job was
+	// created if that is later: the checkpoint has stood still at least
+	// since then.
+	HeldSince time.Time
+	// At is the database's clock when the holder was read; compare
+	// HeldSince and ScheduledAt with it rather than the local clock.
+	At time.Time
+	// LaneBlocker is set for a pending job (a job of an ordered pool that
+	// waits for its lane): what the lane waits for, its job in flight or,
+	// in a pool whose OnDeadLetter is DeadLetterBlock, its dead letter. Nil
+	// when nothing blocks the lane (it is being handed on).
+	LaneBlocker *PoolJob
+}
+
+// HeldFor is how long the checkpoint has stood still: At − HeldSince, or 0.
+func (h *CheckpointHolder) HeldFor() time.Duration {
+	return max(h.At.Sub(h.HeldSince), 0)
+}
+
+// CheckpointWaitPollIntervalDefault is the default of
+// CheckpointWaitOpts.PollInterval.
+const CheckpointWaitPollIntervalDefault = 20 * time.Millisecond
+
+// CheckpointWaitOpts are the optional settings of waiting for a pool's
+// checkpoint to reach a sequence. A nil *CheckpointWaitOpts means the
+// defaults.
+type CheckpointWaitOpts struct {
+	// PollInterval is how long the wait sleeps between two advances of the
+	// checkpoint. Zero means CheckpointWaitPollIntervalDefault; negative is
+	// an error.
+	PollInterval time.Duration
+}

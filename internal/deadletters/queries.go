@@ -1,0 +1,130 @@
+package deadletters
+
+const (
+	// sqlDeadLetterList lists dead letters, with the state of their river_job
+	// row when it still exists. $1: pool ('' for all), $2: after job id, $3:
+	// limit.
+	sqlDeadLetterList = `SELECT d.job_id, d.pool, d.queue, d.global_sequence,
+	coalesce(d.args->>'type', ''), coalesce(d.args->>'key', ''), coalesce(d.args->'late' = 'true'::jsonb, false),
+	d.attempt, d.max_attempts, d.priority,
+	coalesce(d.errors->-1->>'error', ''), d.errors, d.discarded_at,
+	j.state::text, d.args
+FROM riverbus_dead_letter d
+LEFT JOIN river_job j ON j.id = d.job_id
+WHERE ($1 = '' OR d.pool = $1) AND d.job_id > $2
+ORDER BY d.job_id
+LIMIT $3`
+
+	// Retry and purge lock river_job rows before riverbus_dead_letter rows,
+	// the order of every trigger that writes a dead letter while River
+	// updates its job (a discard writes one; a retry from River UI or
+	// JobRetry deletes it, migration 009): the other order could deadlock
+	// with River UI.
+	//
+	// sqlJobLockDeadOne and sqlJobLockDeadPool lock the river_job rows of the
+	// dead letters to retry or purge, those that still exist, so River's
+	// cleaner cannot delete one meanwhile and River UI cannot retry one.
+	sqlJobLockDeadOne = `SELECT j.id, j.state::text, j.queue FROM river_job j
+WHERE j.id IN (SELECT job_id FROM riverbus_dead_letter WHERE job_id = $1)
+ORDER BY j.id FOR UPDATE OF j`
+
+	sqlJobLockDeadPool = `SELECT j.id, j.state::text, j.queue FROM river_job j
+WHERE j.id IN (SELECT job_id FROM riverbus_dead_letter WHERE pool = $1)
+ORDER BY j.id FOR UPDATE OF j`
+
+	// sqlDeadLetterLockOne and sqlDeadLetterLockPool then lock the dead
+	// letters to retry, in the order they are to be worked again.
+	sqlDeadLetterLockOne = `SELECT job_id, queue FROM riverbus_dead_letter WHERE job_id = $1 FOR UPDATE`
+
+	sqlDeadLetterLockPool = `SELECT job_id, queue FROM riverbus_dead_letter WHERE pool = $1
+ORDER BY global_sequence NULLS LAST, job_id
+FOR UPDATE`
+
+	// sqlJobExisting returns which of the given jobs still exist.
+	sqlJobExisting = `SELECT coalesce(array_agg(id), '{}') FROM river_job WHERE id = ANY($1::bigint[])`
+
+	// sqlJobRequeue does what River's JobRetry query does
+	// (riverdriver/riverpgxv5/internal/dbsqlc/river_job.sql) to discarded
+	// jobs: available again, one more attempt if all were used, not
+	// finalized, no pending cancellation. Attempt and errors are kept, as
+	// River keeps them. Instead of now() for all, scheduled_at is now() plus
+	// the job's rank in microseconds, so River, which fetches by priority,
+	// scheduled_at and id, works them in the order given.
+	sqlJobRequeue = `UPDATE river_job j
+SET state = 'available',
+	max_attempts = CASE WHEN j.attempt = j.max_attempts THEN j.max_attempts + 1 ELSE j.max_attempts END,
+	finalized_at = NULL,
+	metadata = j.metadata - 'cancel_attempted_at',
+	scheduled_at = now() + u.rank * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::int[]) AS u(id, rank)
+WHERE j.id = u.id AND j.state = 'discarded'
+RETURNING j.id`
+
+	// sqlJobReinsert inserts a new available job for each dead letter whose
+	// river_job row is gone, with the kind, queue, args, max attempts and
+	// priority the dead letter kept. The new job's metadata names the job it
+	// replaces.
+	sqlJobReinsert = `INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, state, scheduled_at)
+SELECT d.args, d.pool, d.max_attempts, d.metadata || jsonb_build_object('riverbus_retry_of', d.job_id), d.priority, d.queue,
+	'available', now() + u.rank * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::int[]) AS u(id, rank)
+JOIN riverbus_dead_letter d ON d.job_id = u.id
+ORDER BY u.rank
+RETURNING id, (metadata->>'riverbus_retry_of')::bigint`
+
+	// sqlLanePark puts retried jobs of ordered pools back in line: pending,
+	// so that sqlLaneRelease lets each lane's lowest one run once the lane
+	// is free, and the lane's order holds through the retry.
+	sqlLanePark = `UPDATE river_job SET state = 'pending'
+WHERE id = ANY($1::bigint[]) AND metadata ? 'riverbus_lane' AND state = 'available'
+RETURNING kind, metadata->>'riverbus_lane'`
+
+	sqlLaneRelease = `SELECT riverbus_release_lanes($1::text[], $2::text[])`
+
+	sqlDeadLetterDeleteMany = `DELETE FROM riverbus_dead_letter WHERE job_id = ANY($1::bigint[])`
+
+	// sqlNotifyInsert wakes River producers of the given queues the way River
+	// does after an insert (topic river_insert prefixed with the current
+	// schema and a dot when there is one, payload {"queue": ...}).
+	// Notifications are delivered on commit.
+	sqlNotifyInsert = `SELECT pg_notify(coalesce(current_schema() || '.', '') || 'river_insert', json_build_object('queue', q)::text)
+FROM unnest($1::text[]) AS q`
+
+	// sqlDeadLetterPurgeOne and sqlDeadLetterPurgePool delete dead letters and
+	// their river_job rows that are still discarded (a data-modifying WITH
+	// runs whether or not it is referenced), and count the dead letters
+	// deleted.
+	// They return the pool and lane of each dead letter deleted, so lanes
+	// that a dead letter blocked can be released.
+	sqlDeadLetterPurgeOne = `WITH dl AS (
+	DELETE FROM riverbus_dead_letter WHERE job_id = $1 RETURNING job_id, pool, lane
+), jobs AS (
+	DELETE FROM river_job j USING dl WHERE j.id = dl.job_id AND j.state = 'discarded' RETURNING j.id
+)
+SELECT pool, lane FROM dl`
+
+	sqlDeadLetterPurgePool = `WITH dl AS (
+	DELETE FROM riverbus_dead_letter WHERE pool = $1 RETURNING job_id, pool, lane
+), jobs AS (
+	DELETE FROM river_job j USING dl WHERE j.id = dl.job_id AND j.state = 'discarded' RETURNING j.id
+)
+SELECT pool, lane FROM dl`
+)
+
+// Dead letters of units the fan-out could not turn into jobs.
+const (
+	// sqlDeadLetterStubs reads, of the given dead letters, the stubs: args
+	// marked "undeliverable" (see internal/engine/insert.go).
+	sqlDeadLetterStubs = `SELECT job_id, args FROM riverbus_dead_letter
+WHERE job_id = ANY($1::bigint[]) AND args ? 'undeliverable'`
+
+	sqlEventsBySequence = `SELECT global_sequence, event_id, type, key, tags, data, metadata, occurred_at
+FROM riverbus_event WHERE global_sequence = ANY($1::bigint[]) ORDER BY global_sequence`
+
+	// sqlDeadLetterSetArgs puts the rebuilt envelope in the dead letter
+	// (which a reinsert copies) and in its job row, if it is still there.
+	sqlDeadLetterSetArgs = `WITH d AS (
+	UPDATE riverbus_dead_letter SET args = $2::jsonb WHERE job_id = $1
+)
+UPDATE river_job SET args = $2::jsonb WHERE id = $1 AND state = 'discarded'`
+)

@@ -1,0 +1,173 @@
+// Package jobtest holds the helpers that the tests of the job side share
+// (handlers in package workers, dead letters): pools and pool jobs written
+// the way the fan-out writes them, a River client built by
+// workers.ClientConfig that retries at once, and waiting for a job's state.
+// Tests only.
+package jobtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
+)
+
+// DiscardLogger logs nothing.
+var DiscardLogger = slog.New(slog.DiscardHandler)
+
+// poolJobArgs is a pool job as the fan-out writes it: kind = pool name, args
+// = the event envelope. Workers use fixed-kind types with the same JSON.
+type poolJobArgs struct {
+	workers.Args
+	pool string
+}
+
+func (a poolJobArgs) Kind() string { return a.pool }
+
+// CreatePool inserts a pool row with its cursor at 0 and no filter.
+func CreatePool(t testing.TB, db *pgxpool.Pool, name, queue string, maxAttempts int) {
+	t.Helper()
+	_, err := db.Exec(context.Background(),
+		`INSERT INTO riverbus_pool (name, queue, max_attempts, start_after, cursor_seq) VALUES ($1, $2, $3, 0, 0)`,
+		name, queue, maxAttempts)
+	require.NoError(t, err)
+}
+
+// Event returns an event of sequence seq, type typ, key "key-<seq>" and
+// data, as if appended.
+func Event(seq int64, typ, data string) outbox.Event {
+	return outbox.Event{
+		GlobalSequence: seq,
+		Type:           typ,
+		Key:            fmt.Sprintf("key-%d", seq),
+		Tags:           []string{},
+		Data:           json.RawMessage(data),
+		Metadata:       json.RawMessage(`{}`),
+		OccurredAt:     time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+}
+
+// InsertEvents inserts one job of pool per event, with the pool's queue,
+// max attempts and priority, the way the fan-out does, and returns the ids.
+func InsertEvents(t testing.TB, db *pgxpool.Pool, pool string, events ...outbox.Event) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		queue       string
+		maxAttempts int
+		priority    int
+	)
+	require.NoError(t, db.QueryRow(ctx, `SELECT queue, max_attempts, priority FROM riverbus_pool WHERE name = $1`, pool).
+		Scan(&queue, &maxAttempts, &priority))
+	inserter, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: DiscardLogger})
+	require.NoError(t, err)
+	params := make([]river.InsertManyParams, len(events))
+	for i, ev := range events {
+		params[i] = river.InsertManyParams{
+			Args:       poolJobArgs{pool: pool, Args: workers.Args{Event: ev}},
+			InsertOpts: &river.InsertOpts{Queue: queue, MaxAttempts: maxAttempts, Priority: priority},
+		}
+	}
+	res, err := inserter.InsertMany(ctx, params)
+	require.NoError(t, err)
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids
+}
+
+// soonRetry retries a failed job at once instead of River's backoff.
+type soonRetry struct{}
+
+func (soonRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(time.Millisecond) }
+
+// StartClient starts a River client built by workers.ClientConfig from opts
+// (nil: the defaults) with queues and ws, with immediate retries, stopped
+// when the test ends.
+func StartClient(t testing.TB, db *pgxpool.Pool, ws *river.Workers, queues map[string]int, opts *workers.ClientOpts) *river.Client[pgx.Tx] {
+	t.Helper()
+	o := workers.ClientOpts{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Queues, o.Workers, o.Logger = queues, ws, DiscardLogger
+	cfg, err := workers.ClientConfig(o)
+	require.NoError(t, err)
+	cfg.TestOnly = true
+	cfg.RetryPolicy = soonRetry{}
+	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() { StopClient(t, client) })
+	return client
+}
+
+// StopClient stops client, waiting up to ten seconds for its jobs.
+func StopClient(t testing.TB, client *river.Client[pgx.Tx]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, client.Stop(ctx))
+}
+
+// Eventually waits for cond with a deadline, polling every 10ms, and fails
+// the test with msg (formatted with args) when the deadline passes.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, fmt.Sprintf(msg, args...))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Job is what the tests check of a river_job row.
+type Job struct {
+	State       string
+	Attempt     int
+	MaxAttempts int
+	Errors      int
+}
+
+// GetJob returns the job's row, or false when it does not exist.
+func GetJob(t testing.TB, db *pgxpool.Pool, id int64) (Job, bool) {
+	t.Helper()
+	var j Job
+	err := db.QueryRow(context.Background(),
+		`SELECT state::text, attempt, max_attempts, coalesce(array_length(errors, 1), 0) FROM river_job WHERE id = $1`, id).
+		Scan(&j.State, &j.Attempt, &j.MaxAttempts, &j.Errors)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return j, false
+	}
+	require.NoError(t, err)
+	return j, true
+}
+
+// WaitJobState waits up to 20 seconds for job id to be in state and
+// returns its row.
+func WaitJobState(t testing.TB, db *pgxpool.Pool, id int64, state string) Job {
+	t.Helper()
+	var j Job
+	Eventually(t, 20*time.Second, func() bool {
+		var ok bool
+		j, ok = GetJob(t, db, id)
+		return ok && j.State == state
+	}, "job %d %s (now %+v)", id, state, &j)
+	return j
+}
