@@ -13,7 +13,6 @@ package migrations
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -21,10 +20,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/riverbus/riverbus/internal/database"
 )
 
 //go:embed sql/*.up.sql
@@ -165,9 +167,8 @@ func Version(ctx context.Context, db interface {
 	var v int
 	err := db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM riverbus_migration`).Scan(&v)
 	if err != nil {
-		var pgErr interface{ SQLState() string }
-		if errors.As(err, &pgErr) && pgErr.SQLState() == "42P01" {
-			return 0, nil // undefined_table: never migrated
+		if database.IsCode(err, pgerrcode.UndefinedTable) {
+			return 0, nil // never migrated
 		}
 		return 0, err
 	}

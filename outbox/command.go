@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -38,7 +39,7 @@ func RecordCommandTx(ctx context.Context, tx pgx.Tx, cmd Command) error {
 	}
 	if _, err := tx.Exec(ctx, recordCommandQuery, cmd.Type, string(cmd.Data), string(metadata)); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation && pgErr.ConstraintName == "riverbus_command_pkey" {
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == "riverbus_command_pkey" {
 			return fmt.Errorf("record command: the transaction already recorded one: %w", err)
 		}
 		return fmt.Errorf("record command: %w", translateError(err))

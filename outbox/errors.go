@@ -6,6 +6,7 @@ import (
 	"regexp"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -100,12 +101,6 @@ func (e *DuplicateError) Error() string {
 // Is reports whether target is ErrDuplicate.
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
-// SQLSTATE codes translated by translateError.
-const (
-	sqlstateCheckViolation  = "23514"
-	sqlstateUniqueViolation = "23505"
-)
-
 // checkFields maps the CHECK constraints of migrations/sql/001_events.up.sql
 // to the field they guard.
 var checkFields = map[string]string{
@@ -128,13 +123,13 @@ func translateError(err error) error {
 		return err
 	}
 	switch pgErr.Code {
-	case sqlstateCheckViolation:
+	case pgerrcode.CheckViolation:
 		field, ok := checkFields[pgErr.ConstraintName]
 		if !ok {
 			field = "row"
 		}
 		return &ValidationError{Index: -1, Field: field, Reason: "rejected by the database: " + pgErr.Message, err: pgErr}
-	case sqlstateUniqueViolation:
+	case pgerrcode.UniqueViolation:
 		if pgErr.TableName == "riverbus_event" && pgErr.ConstraintName == "riverbus_event_event_id_key" {
 			dup := &DuplicateError{}
 			if id, err := uuid.Parse(uuidPattern.FindString(pgErr.Detail)); err == nil {

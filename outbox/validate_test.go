@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -180,19 +181,19 @@ func TestDatabaseRejectsInvalidRows(t *testing.T) {
 		code       string
 		constraint string
 	}{
-		{"EmptyType", `('', '', '{}', '{}', '{}')`, "23514", "riverbus_event_type_length"},
-		{"LongType", `(repeat('x', 256), '', '{}', '{}', '{}')`, "23514", "riverbus_event_type_length"},
-		{"LongTypeInCharacters", `(repeat('é', 256), '', '{}', '{}', '{}')`, "23514", "riverbus_event_type_length"},
-		{"TagWithoutEquals", `('T', '', '{a}', '{}', '{}')`, "23514", "riverbus_event_tags_valid"},
-		{"TagWithoutName", `('T', '', '{"ok=1","=x"}', '{}', '{}')`, "23514", "riverbus_event_tags_valid"},
-		{"NullTag", `('T', '', ARRAY[NULL]::text[], '{}', '{}')`, "23514", "riverbus_event_tags_valid"},
-		{"LongTag", `('T', '', ARRAY['a=' || repeat('v', 1023)], '{}', '{}')`, "23514", "riverbus_event_tags_valid"},
-		{"LongKey", `('T', repeat('k', 1025), '{}', '{}', '{}')`, "23514", "riverbus_event_key_length"},
-		{"MetadataArray", `('T', '', '{}', '{}', '[]')`, "23514", "riverbus_event_metadata_object"},
-		{"MetadataString", `('T', '', '{}', '{}', '"s"')`, "23514", "riverbus_event_metadata_object"},
-		{"NullData", `('T', '', '{}', NULL, '{}')`, "23502", ""},
+		{"EmptyType", `('', '', '{}', '{}', '{}')`, pgerrcode.CheckViolation, "riverbus_event_type_length"},
+		{"LongType", `(repeat('x', 256), '', '{}', '{}', '{}')`, pgerrcode.CheckViolation, "riverbus_event_type_length"},
+		{"LongTypeInCharacters", `(repeat('é', 256), '', '{}', '{}', '{}')`, pgerrcode.CheckViolation, "riverbus_event_type_length"},
+		{"TagWithoutEquals", `('T', '', '{a}', '{}', '{}')`, pgerrcode.CheckViolation, "riverbus_event_tags_valid"},
+		{"TagWithoutName", `('T', '', '{"ok=1","=x"}', '{}', '{}')`, pgerrcode.CheckViolation, "riverbus_event_tags_valid"},
+		{"NullTag", `('T', '', ARRAY[NULL]::text[], '{}', '{}')`, pgerrcode.CheckViolation, "riverbus_event_tags_valid"},
+		{"LongTag", `('T', '', ARRAY['a=' || repeat('v', 1023)], '{}', '{}')`, pgerrcode.CheckViolation, "riverbus_event_tags_valid"},
+		{"LongKey", `('T', repeat('k', 1025), '{}', '{}', '{}')`, pgerrcode.CheckViolation, "riverbus_event_key_length"},
+		{"MetadataArray", `('T', '', '{}', '{}', '[]')`, pgerrcode.CheckViolation, "riverbus_event_metadata_object"},
+		{"MetadataString", `('T', '', '{}', '{}', '"s"')`, pgerrcode.CheckViolation, "riverbus_event_metadata_object"},
+		{"NullData", `('T', '', '{}', NULL, '{}')`, pgerrcode.NotNullViolation, ""},
 		// Over 64 MiB of jsonb, however well it compresses.
-		{"TooBig", `('T', '', '{}', to_jsonb(repeat('x', 40000000)), jsonb_build_object('s', repeat('y', 30000000)))`, "23514", "riverbus_event_size"},
+		{"TooBig", `('T', '', '{}', to_jsonb(repeat('x', 40000000)), jsonb_build_object('s', repeat('y', 30000000)))`, pgerrcode.CheckViolation, "riverbus_event_size"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,7 +230,7 @@ ALTER TABLE riverbus_event ADD CONSTRAINT test_no_secret CHECK (NOT tags @> '{se
 	require.Equal(t, `rejected by the database: new row for relation "riverbus_event" violates check constraint "riverbus_event_type_length"`, invalid.Reason)
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr))
-	require.Equal(t, "23514", pgErr.Code)
+	require.Equal(t, pgerrcode.CheckViolation, pgErr.Code)
 
 	_, err = outbox.Append(ctx, db, event("Short", "secret=1"))
 	requireInvalid(t, err, -1, "row")

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverbus/riverbus/bustype"
@@ -252,7 +253,7 @@ func encodeFailure(err error) string {
 // exception, or a limit such as jsonb's size or the stack depth of its
 // parser), rather than a failure of the connection or the transaction.
 func refusedData(err *pgconn.PgError) bool {
-	return len(err.Code) == 5 && (err.Code[:2] == "22" || err.Code[:2] == "54")
+	return pgerrcode.IsDataException(err.Code) || pgerrcode.IsProgramLimitExceeded(err.Code)
 }
 
 // insertDeadLetters inserts a discarded job for each undeliverable unit, so

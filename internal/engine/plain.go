@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverbus/riverbus/bustype"
@@ -161,7 +162,7 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.Batch
 			f.logger.Warn("plain fan-out path refused an event; taking the general path", "pool", name, "error", err)
 			f.forgetPlain(name)
 			return fanout.BatchResult{}, false, false, nil
-		case errors.As(err, &pgErr) && pgErr.Code[:2] == "42":
+		case errors.As(err, &pgErr) && pgerrcode.IsSyntaxErrororAccessRuleViolation(pgErr.Code):
 			// The statement itself cannot run on this server (before
 			// PostgreSQL 14, pg_column_compression does not exist): the
 			// general path, always correct, takes every pool from now on.
