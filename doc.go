@@ -15,8 +15,9 @@
 // The same Client is the operator API: pools (PoolCreate, PoolGet,
 // PoolList, PoolUpdate, PoolPause, PoolResume, PoolReset, PoolDelete),
 // dead letters (DeadLetterList, DeadLetterGet, DeadLetterRetry,
-// DeadLetterPurge), checkpoints (CheckpointGet, CheckpointWait) and a
-// status snapshot (Status). Operator methods need no Start.
+// DeadLetterRetryPool, DeadLetterPurge, DeadLetterPurgePool), checkpoints
+// (CheckpointGet, CheckpointHolder, CheckpointWait) and a status snapshot
+// (Status). Operator methods need no Start.
 //
 // # Handlers
 //
