@@ -39,7 +39,8 @@ type DeadLetter struct {
 	// DiscardedAt is when River discarded the job.
 	DiscardedAt time.Time
 	// JobExists is true while the river_job row still exists; River's job
-	// cleaner deletes discarded jobs after DiscardedJobRetentionPeriod.
+	// cleaner deletes discarded jobs after its DiscardedJobRetentionPeriod
+	// (never, by riverbus's default: see workers.Config).
 	JobExists bool
 	// JobState is the river_job row's state when it exists:
 	// rivertype.JobStateDiscarded. (A job put back to work by River UI or
