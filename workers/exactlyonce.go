@@ -100,3 +100,7 @@ func RunExactlyOnce[TArgs river.JobArgs](ctx context.Context, db DB, job *river.
 // errAlreadyCompleted rolls RunExactlyOnce's transaction back when the job
 // was completed before; it never reaches the caller.
 var errAlreadyCompleted = errors.New("job already completed")
+
+// sqlJobLockForWork locks a job for RunExactlyOnce. It is the package's
+// only query.
+const sqlJobLockForWork = `SELECT state::text, attempt FROM river_job WHERE id = $1 FOR UPDATE`
