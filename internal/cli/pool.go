@@ -334,7 +334,7 @@ func (a *app) waitCaughtUp(ctx context.Context, db *pgxpool.Pool, pool string) e
 				fmt.Fprintf(a.stdout, "\rpool %s caught up: checkpoint %d\033[K\n", pool, p.Checkpoint)
 				return nil
 			}
-			fmt.Fprintf(a.stdout, "\r%s\033[K", progressBar(p.Checkpoint-p.StartAfter, target-p.StartAfter, p.CompletedPerMin))
+			fmt.Fprintf(a.stdout, "\r%s\033[K", progressBar(p.Checkpoint-p.StartAfter, target-p.StartAfter, p.CompletedLastMinute))
 		}
 		select {
 		case <-ctx.Done():

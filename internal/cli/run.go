@@ -157,6 +157,6 @@ func (a *app) summaryLoop(ctx context.Context, db *pgxpool.Pool) {
 			}
 			continue
 		}
-		fmt.Fprintln(a.stdout, st.oneLine())
+		fmt.Fprintln(a.stdout, oneLine(st))
 	}
 }

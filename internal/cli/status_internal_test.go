@@ -10,6 +10,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus"
 )
 
 func TestProgressBar(t *testing.T) {
@@ -19,9 +21,9 @@ func TestProgressBar(t *testing.T) {
 	require.Contains(t, progressBar(0, 10, 0), "ETA unknown")
 	require.Contains(t, progressBar(10, 0, 0), "100.0%")
 
-	r := &statusReport{Horizon: 10_000}
-	require.Empty(t, r.progress(&poolReport{Checkpoint: 9500, Lag: 500}, nil), "no bar when less than 1000 behind")
-	require.NotEmpty(t, r.progress(&poolReport{Checkpoint: 10, Lag: 9990}, nil))
+	r := &riverbus.Status{Horizon: 10_000}
+	require.Empty(t, progress(r, &riverbus.StatusPool{Checkpoint: 9500, Lag: 500}, nil), "no bar when less than 1000 behind")
+	require.NotEmpty(t, progress(r, &riverbus.StatusPool{Checkpoint: 10, Lag: 9990}, nil))
 }
 
 // Refresh after refresh (status --watch), a pool's bar never goes
@@ -32,12 +34,12 @@ func TestProgressBar(t *testing.T) {
 // event.)
 func TestProgressNeverGoesBackwards(t *testing.T) {
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	retrying := &holderReport{jobReport: jobReport{JobID: 77, Sequence: 7001, State: "retryable", Attempt: 3, MaxAttempts: 5,
+	retrying := &riverbus.StatusHolder{StatusJob: riverbus.StatusJob{JobID: 77, GlobalSequence: 7001, State: "retryable", Attempt: 3, MaxAttempts: 5,
 		LastError: "decode: \x1b[2Jboom"}, HeldSeconds: 20, Stuck: true}
 	frames := []struct {
 		checkpoint, horizon int64
 		completed           int64
-		holder              *holderReport
+		holder              *riverbus.StatusHolder
 		want                string
 	}{
 		{5000, 10_000, 600, nil, "catching up"},     // 50.0%
@@ -49,15 +51,15 @@ func TestProgressNeverGoesBackwards(t *testing.T) {
 		{15_400, 16_500, 5000, nil, "catching up"},  // 93.3%
 	}
 	percent := regexp.MustCompile(`([0-9.]+)%`)
-	var prev *statusReport
+	var prev *riverbus.Status
 	last := -1.0
 	for i, f := range frames {
-		r := &statusReport{At: start.Add(time.Duration(i) * 10 * time.Second), Horizon: f.horizon, Pools: []*poolReport{{
-			Name: "billing", Checkpoint: f.checkpoint, Lag: f.horizon - f.checkpoint, CompletedPerMin: f.completed,
-			Holder: f.holder, Jobs: map[string]int64{},
+		r := &riverbus.Status{At: start.Add(time.Duration(i) * 10 * time.Second), Horizon: f.horizon, Pools: []*riverbus.StatusPool{{
+			Name: "billing", Checkpoint: f.checkpoint, Lag: f.horizon - f.checkpoint, CompletedLastMinute: f.completed,
+			Holder: f.holder, Jobs: map[rivertype.JobState]int64{},
 		}}}
 		var out bytes.Buffer
-		require.NoError(t, r.render(&out, prev))
+		require.NoError(t, render(&out, r, prev))
 		text := out.String()
 		require.Contains(t, text, f.want, "frame %d:\n%s", i, text)
 		if m := percent.FindStringSubmatch(text); m != nil {
@@ -69,7 +71,7 @@ func TestProgressNeverGoesBackwards(t *testing.T) {
 		if f.holder != nil {
 			require.Contains(t, text, `billing: checkpoint 7000 held for 20s by job 77 (event 7001, retryable, attempt 3/5, last error "decode: \x1b[2Jboom"); after attempt 5 it becomes a dead letter`)
 			require.NotContains(t, text, "\x1b")
-			require.Contains(t, r.oneLine(), "done 0 held by job 77 (event 7001, retryable 3/5)")
+			require.Contains(t, oneLine(r), "done 0 held by job 77 (event 7001, retryable 3/5)")
 		}
 		prev = r
 	}
@@ -101,11 +103,11 @@ func TestDemoPoisonIsADeadLetterWithinSeconds(t *testing.T) {
 // for a blocked lane, the dead letter it waits for.
 func TestSummaryNamesHolder(t *testing.T) {
 	lane := "customer-1"
-	blocked := &holderReport{jobReport: jobReport{JobID: 12, Sequence: 4, State: "pending", MaxAttempts: 2, Lane: &lane},
-		LaneBlockedBy: &jobReport{JobID: 9, Sequence: 3, State: "discarded", DeadLetter: true, Attempt: 2, MaxAttempts: 2, Lane: &lane},
+	blocked := &riverbus.StatusHolder{StatusJob: riverbus.StatusJob{JobID: 12, GlobalSequence: 4, State: "pending", MaxAttempts: 2, Lane: &lane},
+		LaneBlockedBy: &riverbus.StatusJob{JobID: 9, GlobalSequence: 3, State: "discarded", DeadLetter: true, Attempt: 2, MaxAttempts: 2, Lane: &lane},
 		Stuck:         true, HeldSeconds: 5}
-	r := &statusReport{Horizon: 10, Pools: []*poolReport{{Name: "ledger", Status: "active", Lag: 7, Holder: blocked}}}
-	require.NotContains(t, r.oneLine(), "held by", "not yet: held for 5s")
+	r := &riverbus.Status{Horizon: 10, Pools: []*riverbus.StatusPool{{Name: "ledger", Status: "active", Lag: 7, Holder: blocked}}}
+	require.NotContains(t, oneLine(r), "held by", "not yet: held for 5s")
 	blocked.HeldSeconds = 30
-	require.Contains(t, r.oneLine(), "| ledger lag 7 done 0 held by dead letter 9 (event 3)")
+	require.Contains(t, oneLine(r), "| ledger lag 7 done 0 held by dead letter 9 (event 3)")
 }

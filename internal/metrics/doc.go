@@ -3,10 +3,12 @@
 //
 // # Collector
 //
-// Collector reads the database at scrape time, in one read-only snapshot
-// with a timeout, so the numbers are those of the whole deployment (every
-// instance shares the database), not of the process that is scraped. A
-// scrape whose queries fail reports riverbus_up 0 and logs the error.
+// Collector reads the database at scrape time, with a timeout: the status
+// snapshot of riverbus.Client.Status (the one `riverbus status` shows),
+// read in one read-only transaction. The numbers are those of the whole
+// deployment (every instance shares the database), not of the process that
+// is scraped. A scrape whose queries fail reports riverbus_up 0 and logs
+// the error.
 //
 // Per pool (label pool):
 //

@@ -2,23 +2,21 @@ package metrics
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 )
 
@@ -87,13 +85,13 @@ type CollectorOpts struct {
 // a time. See the package documentation for the metrics. It is safe for
 // concurrent scrapes.
 type Collector struct {
-	db      *pgxpool.Pool
+	client  *riverbus.Client
 	timeout time.Duration
 	maxAge  time.Duration
 	logger  *slog.Logger
 
 	mu       sync.Mutex // held through a read: concurrent scrapes wait and share it
-	last     *state
+	last     *riverbus.Status
 	lastErr  error
 	lastAt   time.Time
 	lastTook time.Duration
@@ -109,7 +107,12 @@ func NewCollector(db *pgxpool.Pool, opts *CollectorOpts) *Collector {
 	if opts == nil {
 		opts = &CollectorOpts{}
 	}
-	c := &Collector{db: db, timeout: opts.Timeout, maxAge: opts.MaxAge, logger: opts.Logger}
+	// A client with nothing to run: only its status snapshot is used.
+	client, err := riverbus.NewClient(db, &riverbus.Config{FanoutDisabled: true})
+	if err != nil {
+		panic("metrics.NewCollector: " + err.Error())
+	}
+	c := &Collector{client: client, timeout: opts.Timeout, maxAge: opts.MaxAge, logger: opts.Logger}
 	if c.timeout <= 0 {
 		c.timeout = TimeoutDefault
 	}
@@ -141,16 +144,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit(ch, descUp, prometheus.GaugeValue, 1)
 
-	emit(ch, descHorizon, prometheus.GaugeValue, float64(s.horizon))
-	emit(ch, descOpenGaps, prometheus.GaugeValue, float64(s.openGaps))
-	emit(ch, descWatchedSkipped, prometheus.GaugeValue, float64(s.watchedSkipped))
-	emit(ch, descGapsProvenDead, prometheus.CounterValue, float64(s.gapsProvenDead))
-	emit(ch, descGapsSkipped, prometheus.CounterValue, float64(s.gapsSkipped))
-	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.lateEvents))
+	emit(ch, descHorizon, prometheus.GaugeValue, float64(s.Horizon))
+	emit(ch, descOpenGaps, prometheus.GaugeValue, float64(s.OpenGaps))
+	emit(ch, descWatchedSkipped, prometheus.GaugeValue, float64(s.WatchedSkipped))
+	emit(ch, descGapsProvenDead, prometheus.CounterValue, float64(s.GapsProvenDead))
+	emit(ch, descGapsSkipped, prometheus.CounterValue, float64(s.GapsSkipped))
+	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.LateEvents))
 	// Every problem, 0 included, so an alert's series never vanishes.
 	for _, code := range engine.ProblemCodes {
 		v, blocks := 0.0, engine.ProblemBlocks(code)
-		for _, p := range s.problems {
+		for _, p := range s.Problems {
 			if p.Code == code {
 				v = 1
 			}
@@ -158,30 +161,33 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		emit(ch, descHorizonProblem, prometheus.GaugeValue, v, code, strconv.FormatBool(blocks))
 	}
 
-	for _, p := range s.pools {
-		emit(ch, descPoolCursor, prometheus.GaugeValue, float64(p.cursor), p.name)
-		emit(ch, descPoolCheckpoint, prometheus.GaugeValue, float64(p.checkpoint), p.name)
-		emit(ch, descPoolLag, prometheus.GaugeValue, float64(max(s.horizon-p.checkpoint, 0)), p.name)
-		emit(ch, descPoolFannedOut, prometheus.CounterValue, float64(p.eventsFannedOut), p.name)
-		emit(ch, descPoolLate, prometheus.CounterValue, float64(p.lateDelivered), p.name)
-		emit(ch, descPoolDead, prometheus.GaugeValue, float64(p.deadLetters), p.name)
-		emit(ch, descPoolUndeliv, prometheus.GaugeValue, float64(p.undeliverable), p.name)
+	for _, p := range s.Pools {
+		emit(ch, descPoolCursor, prometheus.GaugeValue, float64(p.Cursor), p.Name)
+		emit(ch, descPoolCheckpoint, prometheus.GaugeValue, float64(p.Checkpoint), p.Name)
+		emit(ch, descPoolLag, prometheus.GaugeValue, float64(p.Lag), p.Name)
+		emit(ch, descPoolFannedOut, prometheus.CounterValue, float64(p.EventsFannedOut), p.Name)
+		emit(ch, descPoolLate, prometheus.CounterValue, float64(p.LateEventsDelivered), p.Name)
+		emit(ch, descPoolDead, prometheus.GaugeValue, float64(p.DeadLetters), p.Name)
+		emit(ch, descPoolUndeliv, prometheus.GaugeValue, float64(p.UndeliverableDeadLetters), p.Name)
 		paused := 0.0
-		if p.paused {
+		if p.Status == bustype.PoolPaused {
 			paused = 1
 		}
-		emit(ch, descPoolPaused, prometheus.GaugeValue, paused, p.name)
-		emit(ch, descPoolHeld, prometheus.GaugeValue, p.heldSeconds, p.name)
-		emit(ch, descPoolHolderTry, prometheus.GaugeValue, float64(p.holderAttempts), p.name)
+		emit(ch, descPoolPaused, prometheus.GaugeValue, paused, p.Name)
+		held, attempts := 0.0, 0
+		if p.Holder != nil {
+			held, attempts = p.Holder.HeldSeconds, p.Holder.Attempt
+		}
+		emit(ch, descPoolHeld, prometheus.GaugeValue, held, p.Name)
+		emit(ch, descPoolHolderTry, prometheus.GaugeValue, float64(attempts), p.Name)
 
 		// Every River state, zero included, so a series never vanishes.
-		jobs := s.jobs[p.name]
 		for _, state := range rivertype.JobStates() {
-			emit(ch, descPoolJobs, prometheus.GaugeValue, float64(jobs[string(state)]), p.name, string(state))
+			emit(ch, descPoolJobs, prometheus.GaugeValue, float64(p.Jobs[state]), p.Name, string(state))
 		}
-		for state, n := range jobs {
-			if !isKnownState(state) { // a state newer than this River version
-				emit(ch, descPoolJobs, prometheus.GaugeValue, float64(n), p.name, state)
+		for state, n := range p.Jobs {
+			if !slices.Contains(rivertype.JobStates(), state) { // a state newer than this River version
+				emit(ch, descPoolJobs, prometheus.GaugeValue, float64(n), p.Name, string(state))
 			}
 		}
 	}
@@ -190,7 +196,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // snapshot returns the last read of the database when it is younger than
 // MaxAge, else reads it again (a failure is kept as long, so a flood of
 // scrapes against a database that is down costs one attempt per MaxAge).
-func (c *Collector) snapshot() (*state, time.Duration, int64, error) {
+func (c *Collector) snapshot() (*riverbus.Status, time.Duration, int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.maxAge > 0 && c.reads > 0 && time.Since(c.lastAt) < c.maxAge {
@@ -199,7 +205,7 @@ func (c *Collector) snapshot() (*state, time.Duration, int64, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	c.last, c.lastErr = c.read(ctx)
+	c.last, c.lastErr = c.client.Status(ctx)
 	c.lastAt, c.lastTook = time.Now(), time.Since(start)
 	c.reads++
 	if c.lastErr != nil {
@@ -217,98 +223,6 @@ func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, typ prometheus.Val
 		m = prometheus.NewInvalidMetric(desc, err)
 	}
 	ch <- m
-}
-
-func isKnownState(s string) bool {
-	for _, st := range rivertype.JobStates() {
-		if string(st) == s {
-			return true
-		}
-	}
-	return false
-}
-
-type state struct {
-	horizon, gapsProvenDead, gapsSkipped, lateEvents, openGaps, watchedSkipped int64
-	problems                                                                   []engine.Problem
-
-	pools []poolState
-	jobs  map[string]map[string]int64 // pool → state → count
-}
-
-type poolState struct {
-	name                                               string
-	cursor, checkpoint, eventsFannedOut, lateDelivered int64
-	deadLetters, undeliverable                         int64
-	paused                                             bool
-	heldSeconds                                        float64 // bustype.CheckpointHolder.HeldFor
-	holderAttempts                                     int
-}
-
-// read reads everything in one read-only snapshot.
-func (c *Collector) read(ctx context.Context) (*state, error) {
-	s := &state{jobs: map[string]map[string]int64{}}
-	err := pgx.BeginTxFunc(ctx, c.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, sqlHorizon).Scan(&s.horizon, &s.gapsProvenDead, &s.gapsSkipped, &s.lateEvents,
-			&s.openGaps, &s.watchedSkipped)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("read horizon: %w", bustype.ErrHorizonMissing)
-		}
-		if err != nil {
-			return fmt.Errorf("read horizon: %w", err)
-		}
-		if s.problems, err = engine.CheckAssumptions(ctx, tx); err != nil {
-			return err
-		}
-
-		rows, err := tx.Query(ctx, sqlPools)
-		if err != nil {
-			return fmt.Errorf("read pools: %w", err)
-		}
-		s.pools, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (poolState, error) {
-			var p poolState
-			err := row.Scan(&p.name, &p.cursor, &p.checkpoint, &p.eventsFannedOut, &p.lateDelivered, &p.paused, &p.deadLetters, &p.undeliverable)
-			return p, err
-		})
-		if err != nil {
-			return fmt.Errorf("read pools: %w", err)
-		}
-
-		for i := range s.pools {
-			h, err := checkpoints.GetHolder(ctx, tx, s.pools[i].name)
-			if err != nil {
-				return fmt.Errorf("read checkpoint holders: %w", err)
-			}
-			if h != nil {
-				s.pools[i].heldSeconds = h.HeldFor().Seconds()
-				s.pools[i].holderAttempts = h.Attempt
-			}
-		}
-
-		rows, err = tx.Query(ctx, sqlPoolJobs)
-		if err != nil {
-			return fmt.Errorf("count pool jobs: %w", err)
-		}
-		var (
-			kind, st string
-			n        int64
-		)
-		_, err = pgx.ForEachRow(rows, []any{&kind, &st, &n}, func() error {
-			if s.jobs[kind] == nil {
-				s.jobs[kind] = map[string]int64{}
-			}
-			s.jobs[kind][st] = n
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("count pool jobs: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 // NewRegistry returns a registry with a Collector for db (opts may be nil)

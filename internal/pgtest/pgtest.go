@@ -41,6 +41,14 @@ var (
 	setupMu  sync.Mutex
 )
 
+// TB is what the helpers need of a test: testing.TB has it, and so can an
+// Example or a TestMain (a Fatalf that panics, cleanups run at the end).
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(f func())
+}
+
 // Main runs the package's tests against a real PostgreSQL and exits.
 func Main(m *testing.M) {
 	os.Exit(Run(m))
@@ -167,10 +175,10 @@ func ensureTemplate(ctx context.Context) (string, error) {
 
 // NewDatabase creates a fresh, migrated database for the test and returns its
 // URL. The database is dropped when the test ends.
-func NewDatabase(t testing.TB) string {
+func NewDatabase(t TB) string {
 	t.Helper()
 	if template == "" {
-		t.Fatal("pgtest: call pgtest.Main(m) from TestMain")
+		t.Fatalf("pgtest: call pgtest.Main(m) from TestMain")
 	}
 	return createDatabase(t, " TEMPLATE "+pgx.Identifier{template}.Sanitize())
 }
@@ -178,24 +186,24 @@ func NewDatabase(t testing.TB) string {
 // NewPool creates a fresh, migrated database for the test and returns a pool
 // connected to it. The pool is closed and the database dropped when the test
 // ends.
-func NewPool(t testing.TB) *pgxpool.Pool {
+func NewPool(t TB) *pgxpool.Pool {
 	t.Helper()
 	return Connect(t, NewDatabase(t))
 }
 
 // NewEmptyDatabase creates a database with no schema at all, for tests of the
 // migrations themselves, and returns its URL.
-func NewEmptyDatabase(t testing.TB) string {
+func NewEmptyDatabase(t TB) string {
 	t.Helper()
 	if adminURL == "" {
-		t.Fatal("pgtest: call pgtest.Main(m) from TestMain")
+		t.Fatalf("pgtest: call pgtest.Main(m) from TestMain")
 	}
 	return createDatabase(t, "")
 }
 
 // createDatabase creates a database with a unique name (CREATE DATABASE
 // name + clause), drops it when the test ends, and returns its URL.
-func createDatabase(t testing.TB, clause string) string {
+func createDatabase(t TB, clause string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
 	ident := pgx.Identifier{name}.Sanitize()
@@ -222,7 +230,7 @@ func adminExec(ctx context.Context, sql string) error {
 }
 
 // Connect opens a pool to url that is closed when the test ends.
-func Connect(t testing.TB, url string) *pgxpool.Pool {
+func Connect(t TB, url string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -244,7 +252,7 @@ func Server() *pgserver.Server { return server }
 // NewServer starts a dedicated throwaway server for one test (one it may
 // restart or break) with a migrated database, and returns the server and that
 // database's URL. Both go when the test ends.
-func NewServer(t testing.TB) (*pgserver.Server, string) {
+func NewServer(t TB) (*pgserver.Server, string) {
 	t.Helper()
 	setupMu.Lock()
 	defer setupMu.Unlock()

@@ -1,0 +1,22 @@
+package riverbus
+
+// The SQL of the root package: the status snapshot (Client.Status), read in
+// one REPEATABLE READ transaction.
+
+const (
+	sqlStatusLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
+
+	// Only the kinds that are pools: river_job may hold other jobs.
+	sqlStatusJobs = `SELECT kind, state::text, count(*) FROM river_job
+WHERE kind IN (SELECT name FROM riverbus_pool) GROUP BY kind, state`
+
+	// Per pool: dead letters, the undeliverable ones among them, and the
+	// last error of the newest.
+	sqlStatusDeadLetters = `SELECT pool, count(*), count(*) FILTER (WHERE args ? 'undeliverable'),
+	(SELECT d2.errors->-1->>'error' FROM riverbus_dead_letter d2 WHERE d2.pool = d.pool ORDER BY d2.discarded_at DESC LIMIT 1)
+FROM riverbus_dead_letter d GROUP BY pool`
+
+	sqlStatusCompleted = `SELECT kind, count(*) FROM river_job
+WHERE kind IN (SELECT name FROM riverbus_pool) AND state = 'completed' AND finalized_at > now() - interval '1 minute'
+GROUP BY kind`
+)

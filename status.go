@@ -1,0 +1,297 @@
+package riverbus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
+)
+
+// HorizonProblem is a broken assumption of the horizon's gap proof (the
+// sequence's cache or increment, the trigger that assigns sequences): its
+// Code, what is wrong (Message, Detail), what to run to repair it (Fix), and
+// whether it Blocks the horizon from proving or skipping gaps while it holds.
+type HorizonProblem = engine.Problem
+
+// StatusStuckAfter is how long a pool's checkpoint may stand still behind a
+// job that has not failed before Status calls it stuck (a handler that
+// hangs, a worker that is not running).
+const StatusStuckAfter = time.Minute
+
+// Status is a snapshot of riverbus in one database, read in one
+// transaction: the horizon and its gaps, and per pool how far the fan-out
+// and the handlers got. Client.Status returns it; `riverbus status`, the
+// Prometheus metrics and the summary line of `riverbus run` show it. Its JSON
+// form is the output of `riverbus status --json`.
+type Status struct {
+	// At is when the snapshot was read, by this process's clock.
+	At time.Time `json:"at"`
+	// Horizon is the global horizon: every sequence at or below it is
+	// visible or will never commit.
+	Horizon int64 `json:"horizon"`
+	// LastSequence is the last global sequence handed out (0 before the
+	// first event). Above the horizon are events in flight and gaps.
+	LastSequence int64 `json:"last_sequence"`
+	// OpenGaps counts the runs of missing sequences just above the horizon.
+	OpenGaps int64 `json:"open_gaps"`
+	// WatchedSkipped counts the sequences the horizon skipped on the gap
+	// timeout that are still watched for a late commit.
+	WatchedSkipped int64 `json:"watched_skipped"`
+	// GapsProvenDead, GapsSkipped and LateEvents count, since the schema
+	// was created, the missing sequences proven rolled back, those skipped
+	// on the gap timeout, and those of them that committed after all.
+	GapsProvenDead int64 `json:"gaps_proven_dead_total"`
+	GapsSkipped    int64 `json:"gaps_skipped_total"`
+	LateEvents     int64 `json:"late_events_total"`
+	// Pools are the pools, by name; nil when there is none.
+	Pools []*StatusPool `json:"pools"`
+	// Problems are the broken assumptions of the gap proof; empty (not
+	// nil) when every one holds.
+	Problems []HorizonProblem `json:"problems"`
+}
+
+// Pool returns the pool named name, nil when the snapshot has none.
+func (s *Status) Pool(name string) *StatusPool {
+	for _, p := range s.Pools {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// StatusPool is one pool in a Status.
+type StatusPool struct {
+	Name   string             `json:"name"`
+	Status bustype.PoolStatus `json:"status"`
+	// Ordering is the pool's ordering, followed by its dead-letter policy
+	// when the pool is ordered: "none", "key/block", "global/release".
+	Ordering   string           `json:"ordering"`
+	Grouping   bustype.Grouping `json:"grouping"`
+	Queue      string           `json:"queue"`
+	StartAfter int64            `json:"start_after"`
+	// Cursor: every event at or below it has been turned into a job of the
+	// pool or filtered out.
+	Cursor int64 `json:"cursor"`
+	// Checkpoint: every job of the pool for an event at or below it is
+	// finished (as last stored; the Client advances it as it runs).
+	Checkpoint int64 `json:"checkpoint"`
+	// Lag is Horizon − Checkpoint, or 0 when the checkpoint is ahead.
+	Lag                 int64 `json:"lag"`
+	EventsFannedOut     int64 `json:"events_fanned_out_total"`
+	LateEventsDelivered int64 `json:"late_events_delivered_total"`
+	// Jobs counts the pool's River jobs by state; states without jobs are
+	// absent.
+	Jobs map[rivertype.JobState]int64 `json:"jobs_by_state"`
+	// DeadLetters counts the pool's dead letters; UndeliverableDeadLetters
+	// those of them made of events the fan-out could not turn into jobs.
+	DeadLetters              int64 `json:"dead_letters"`
+	UndeliverableDeadLetters int64 `json:"undeliverable_dead_letters,omitempty"`
+	// LastError is the error that matters most now: that of the job
+	// holding the checkpoint (or of what blocks its lane) when it is stuck,
+	// else that of the newest dead letter; "" when there is none. It is the
+	// handler's text: escape it before printing it to a terminal.
+	LastError string `json:"last_error,omitempty"`
+	// CompletedLastMinute counts the pool's jobs completed in the last
+	// minute (of those River still keeps).
+	CompletedLastMinute int64 `json:"completed_last_minute"`
+	// Holder is the job that holds the checkpoint, nil when the pool has no
+	// unfinished job.
+	Holder *StatusHolder `json:"checkpoint_holder,omitempty"`
+}
+
+// StatusJob is a job in a Status: one holding a checkpoint, or what blocks
+// its lane.
+type StatusJob struct {
+	JobID          int64              `json:"job_id"`
+	GlobalSequence int64              `json:"global_sequence"`
+	State          rivertype.JobState `json:"state"`
+	// DeadLetter: River discarded the job after its last attempt; it waits
+	// for DeadLetterRetry or DeadLetterPurge.
+	DeadLetter  bool `json:"dead_letter,omitempty"`
+	Attempt     int  `json:"attempt"`
+	MaxAttempts int  `json:"max_attempts"`
+	// NextAttemptAt is set for a retryable or scheduled job;
+	// NextAttemptIn is how long until then by the database's clock.
+	NextAttemptAt *time.Time    `json:"next_attempt_at,omitempty"`
+	NextAttemptIn time.Duration `json:"-"`
+	DiscardedAt   *time.Time    `json:"discarded_at,omitempty"`
+	// LastError is the error of the last failed attempt (the handler's
+	// text).
+	LastError string `json:"last_error,omitempty"`
+	// Lane is the job's lane in an ordered pool, nil in other pools.
+	Lane *string `json:"lane,omitempty"`
+}
+
+// Troubled reports whether the job has failed, waits for a retry, or is a
+// dead letter.
+func (j *StatusJob) Troubled() bool {
+	return j.DeadLetter || j.LastError != "" || j.State == rivertype.JobStateRetryable || j.State == rivertype.JobStateScheduled
+}
+
+// StatusHolder is the job holding a pool's checkpoint: the pool's unfinished
+// job of the lowest sequence.
+type StatusHolder struct {
+	StatusJob
+	// HeldSince is when the checkpoint last moved (or the job was created,
+	// when later); HeldSeconds how long ago that was by the database's
+	// clock.
+	HeldSince   time.Time `json:"held_since"`
+	HeldSeconds float64   `json:"held_seconds"`
+	// LaneBlockedBy is what a pending holder's lane waits for: the lane's
+	// job in flight or its dead letter.
+	LaneBlockedBy *StatusJob `json:"lane_blocked_by,omitempty"`
+	// Stuck: the holder, or what blocks its lane, has failed, waits for a
+	// retry or is a dead letter, or the checkpoint has stood still for
+	// StatusStuckAfter.
+	Stuck bool `json:"stuck"`
+}
+
+// Blocker is what blocks the holder's lane, or else the holder itself: the
+// job to look at.
+func (h *StatusHolder) Blocker() *StatusJob {
+	if h.LaneBlockedBy != nil {
+		return h.LaneBlockedBy
+	}
+	return &h.StatusJob
+}
+
+// Status reads a snapshot of the horizon and every pool in one read-only
+// transaction. It needs no Start. A missing horizon row gives an error
+// wrapping bustype.ErrHorizonMissing (see HorizonRepair).
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var st *Status
+	err := pgx.BeginTxFunc(ctx, c.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		st, err = readStatus(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read status: %w", err)
+	}
+	return st, nil
+}
+
+func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
+	h, err := engine.GetHorizon(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{At: time.Now(), Horizon: h.Horizon, OpenGaps: h.OpenGaps, WatchedSkipped: h.Watching,
+		GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped, LateEvents: h.LateEvents, Problems: h.Problems}
+	if st.Problems == nil {
+		st.Problems = []HorizonProblem{}
+	}
+	if err := tx.QueryRow(ctx, sqlStatusLastSequence).Scan(&st.LastSequence); err != nil {
+		return nil, fmt.Errorf("last sequence: %w", err)
+	}
+	all, err := pools.List(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*StatusPool{}
+	for _, p := range all {
+		ordering := string(p.Ordering)
+		if p.Ordering.Ordered() {
+			ordering += "/" + string(p.OnDeadLetter) // "key/block"
+		}
+		sp := &StatusPool{Name: p.Name, Status: p.Status, Ordering: ordering, Grouping: p.Grouping, Queue: p.Queue,
+			StartAfter: p.StartAfter, Cursor: p.Cursor, Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint),
+			EventsFannedOut: p.EventsFannedOut, LateEventsDelivered: p.LateEventsDelivered, Jobs: map[rivertype.JobState]int64{}}
+		holder, err := checkpoints.GetHolder(ctx, tx, p.Name)
+		if err != nil {
+			return nil, err
+		}
+		sp.Holder = newStatusHolder(holder)
+		st.Pools = append(st.Pools, sp)
+		byName[p.Name] = sp
+	}
+
+	var (
+		pool, state string
+		n, undeliv  int64
+		lastErr     *string
+	)
+	rows, err := tx.Query(ctx, sqlStatusJobs)
+	if err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&pool, &state, &n}, func() error {
+		if sp := byName[pool]; sp != nil {
+			sp.Jobs[rivertype.JobState(state)] = n
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	rows, err = tx.Query(ctx, sqlStatusDeadLetters)
+	if err != nil {
+		return nil, fmt.Errorf("count dead letters: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&pool, &n, &undeliv, &lastErr}, func() error {
+		if sp := byName[pool]; sp != nil {
+			sp.DeadLetters, sp.UndeliverableDeadLetters = n, undeliv
+			if lastErr != nil {
+				sp.LastError = *lastErr
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count dead letters: %w", err)
+	}
+	rows, err = tx.Query(ctx, sqlStatusCompleted)
+	if err != nil {
+		return nil, fmt.Errorf("count completed jobs: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&pool, &n}, func() error {
+		if sp := byName[pool]; sp != nil {
+			sp.CompletedLastMinute = n
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count completed jobs: %w", err)
+	}
+	for _, sp := range st.Pools {
+		if h := sp.Holder; h != nil && h.Stuck {
+			if e := h.Blocker().LastError; e != "" {
+				sp.LastError = e
+			}
+		}
+	}
+	return st, nil
+}
+
+func newStatusJob(j bustype.PoolJob, at time.Time) StatusJob {
+	r := StatusJob{JobID: j.ID, GlobalSequence: j.Sequence, State: j.State, DeadLetter: j.DeadLetter,
+		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: j.LastError, Lane: j.Lane}
+	if (r.State == rivertype.JobStateRetryable || r.State == rivertype.JobStateScheduled) && !j.ScheduledAt.IsZero() {
+		next := j.ScheduledAt
+		r.NextAttemptAt = &next
+		r.NextAttemptIn = j.ScheduledAt.Sub(at)
+	}
+	if !j.DiscardedAt.IsZero() {
+		d := j.DiscardedAt
+		r.DiscardedAt = &d
+	}
+	return r
+}
+
+func newStatusHolder(h *bustype.CheckpointHolder) *StatusHolder {
+	if h == nil {
+		return nil
+	}
+	r := &StatusHolder{StatusJob: newStatusJob(h.PoolJob, h.At), HeldSince: h.HeldSince, HeldSeconds: h.HeldFor().Seconds()}
+	if h.LaneBlocker != nil {
+		b := newStatusJob(*h.LaneBlocker, h.At)
+		r.LaneBlockedBy = &b
+	}
+	r.Stuck = h.HeldFor() >= StatusStuckAfter || r.Troubled() || (r.LaneBlockedBy != nil && r.LaneBlockedBy.Troubled())
+	return r
+}
