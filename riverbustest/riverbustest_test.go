@@ -1,0 +1,134 @@
+package riverbustest_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/migrations"
+	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/riverbustest"
+	"github.com/riverbus/riverbus/workers"
+)
+
+func TestMain(m *testing.M) { riverbustest.Main(m) }
+
+type billingArgs struct{ workers.Args }
+
+func (billingArgs) Kind() string { return "billing" }
+
+// billingWorker records the sequences it handled.
+type billingWorker struct {
+	river.WorkerDefaults[billingArgs]
+	mu   sync.Mutex
+	seen []int64
+}
+
+func (w *billingWorker) Work(_ context.Context, job *river.Job[billingArgs]) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen = append(w.seen, job.Args.GlobalSequence)
+	return nil
+}
+
+// recordingTB is a TB whose Fatalf records the failure instead of ending the
+// test.
+type recordingTB struct {
+	testing.TB
+	failures []string
+}
+
+func (r *recordingTB) Fatalf(format string, args ...any) {
+	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+}
+
+func appendEvent(t *testing.T, db outbox.TxBeginner) int64 {
+	t.Helper()
+	appended, err := outbox.Append(context.Background(), db, outbox.Event{Type: "invoice.paid", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	return appended[0].GlobalSequence
+}
+
+func TestNewDatabaseIsFreshAndMigrated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := riverbustest.NewDatabase(t), riverbustest.NewDatabase(t)
+
+	all, err := migrations.All()
+	require.NoError(t, err)
+	version, err := migrations.Version(ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, all[len(all)-1].Version, version)
+
+	require.Equal(t, int64(1), appendEvent(t, a))
+	var n int
+	require.NoError(t, b.QueryRow(ctx, `SELECT count(*) FROM riverbus_event`).Scan(&n))
+	require.Zero(t, n, "each test's database is its own")
+}
+
+func TestWaitForSequenceWaitsForTheHandler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := riverbustest.NewDatabase(t)
+	admin, err := riverbus.NewClient(db, nil)
+	require.NoError(t, err)
+	_, _, err = admin.PoolCreate(ctx, bustype.PoolParams{Name: "billing"})
+	require.NoError(t, err)
+
+	w := &billingWorker{}
+	ws := riverbus.NewWorkers()
+	riverbus.AddWorker(ws, w, nil)
+	client := riverbustest.StartClient(t, db, &riverbus.Config{Workers: ws})
+
+	var last int64
+	for range 3 {
+		last = appendEvent(t, db)
+	}
+	riverbustest.WaitForSequence(t, client, "billing", last, 30*time.Second)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.ElementsMatch(t, []int64{1, 2, 3}, w.seen, "every job up to the sequence is finished")
+}
+
+// A wait that times out says where the pool stands and what holds it: here
+// a job no worker runs.
+func TestWaitForSequenceSaysWhatHoldsThePool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := riverbustest.NewDatabase(t)
+	client := riverbustest.StartClient(t, db, nil) // the fan-out, no workers
+	_, _, err := client.PoolCreate(ctx, bustype.PoolParams{Name: "billing"})
+	require.NoError(t, err)
+	seq := appendEvent(t, db)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := client.Status(ctx)
+		require.NoError(t, err)
+		if p := st.Pool("billing"); p != nil && p.Holder != nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the fan-out made no job")
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	rec := &recordingTB{TB: t}
+	riverbustest.WaitForSequence(rec, client, "billing", seq, 100*time.Millisecond)
+	require.Len(t, rec.failures, 1)
+	require.Contains(t, rec.failures[0], `pool "billing" did not reach sequence 1 within 100ms: horizon 1, cursor 1, checkpoint 0; held by job`)
+	require.Contains(t, rec.failures[0], `(event 1, available, attempt 0/25) never worked: does a started Client have a worker for pool "billing"?`)
+
+	rec = &recordingTB{TB: t}
+	riverbustest.WaitForSequence(rec, client, "nope", seq, time.Second)
+	require.Len(t, rec.failures, 1)
+	require.Contains(t, rec.failures[0], `wait for pool "nope" to reach sequence 1: `)
+	require.Contains(t, rec.failures[0], "billing", "the error lists the pools that exist")
+}

@@ -1,0 +1,112 @@
+package riverbus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/riverbustest"
+)
+
+// failingWorker fails the job of one sequence.
+type failingWorker struct {
+	river.WorkerDefaults[billingArgs]
+	fail int64
+}
+
+func (w *failingWorker) Work(_ context.Context, job *river.Job[billingArgs]) error {
+	if job.Args.GlobalSequence == w.fail {
+		return errors.New("boom")
+	}
+	return nil
+}
+
+// Status reads the horizon and, per pool, where it stands: what `riverbus
+// status`, the metrics and `riverbus run`'s summary show.
+func TestClientStatus(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	admin, err := riverbus.NewClient(b.db, nil)
+	require.NoError(t, err)
+
+	st, err := admin.Status(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Horizon)
+	require.Nil(t, st.Pools)
+	require.NotNil(t, st.Problems, "empty, not null, in JSON")
+
+	for _, p := range []bustype.PoolParams{
+		{Name: "billing", MaxAttempts: 1},
+		{Name: "ledger", Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock},
+		{Name: "later"},
+	} {
+		_, _, err := admin.PoolCreate(ctx, p)
+		require.NoError(t, err)
+	}
+	_, err = admin.PoolPause(ctx, "later")
+	require.NoError(t, err)
+
+	ws := riverbus.NewWorkers()
+	riverbus.AddWorker(ws, &failingWorker{fail: 2}, nil)
+	client := riverbustest.StartClient(t, b.db, &riverbus.Config{Workers: ws})
+	for _, key := range []string{"a", "b", "c"} {
+		_, err := outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Key: key, Data: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	riverbustest.WaitForSequence(t, client, "billing", 3, 30*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err = client.Status(ctx)
+		require.NoError(t, err)
+		if st.Pool("ledger").Cursor == 3 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "ledger was not fanned out: %+v", st.Pool("ledger"))
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	require.Equal(t, int64(3), st.Horizon)
+	require.Equal(t, int64(3), st.LastSequence)
+	require.Zero(t, st.OpenGaps)
+	require.Empty(t, st.Problems)
+	require.Len(t, st.Pools, 3)
+
+	billing := st.Pool("billing")
+	require.Equal(t, bustype.PoolActive, billing.Status)
+	require.Equal(t, "none", billing.Ordering)
+	require.Equal(t, int64(3), billing.Cursor)
+	require.Equal(t, int64(3), billing.Checkpoint, "a dead letter is finished")
+	require.Zero(t, billing.Lag)
+	require.Equal(t, int64(3), billing.EventsFannedOut)
+	require.Equal(t, map[rivertype.JobState]int64{rivertype.JobStateCompleted: 2, rivertype.JobStateDiscarded: 1}, billing.Jobs)
+	require.Equal(t, int64(1), billing.DeadLetters)
+	require.Zero(t, billing.UndeliverableDeadLetters)
+	require.Equal(t, "boom", billing.LastError, "the newest dead letter's error")
+	require.Equal(t, int64(2), billing.CompletedLastMinute)
+	require.Nil(t, billing.Holder)
+
+	ledger := st.Pool("ledger")
+	require.Equal(t, "key/block", ledger.Ordering)
+	require.Equal(t, int64(3), ledger.Lag, "no worker runs it")
+	require.Equal(t, int64(3), ledger.Jobs[rivertype.JobStateAvailable], "three keys, three lanes")
+	require.NotNil(t, ledger.Holder)
+	require.Equal(t, int64(1), ledger.Holder.GlobalSequence)
+	require.Equal(t, rivertype.JobStateAvailable, ledger.Holder.State)
+	require.False(t, ledger.Holder.Stuck, "held for less than StatusStuckAfter by a job that has not failed")
+	require.Equal(t, "a", *ledger.Holder.Lane)
+
+	later := st.Pool("later")
+	require.Equal(t, bustype.PoolPaused, later.Status)
+	require.Zero(t, later.Cursor)
+	require.Empty(t, later.Jobs)
+	require.Nil(t, st.Pool("nope"))
+}
