@@ -27,6 +27,13 @@
 // refuses, with an error that says why, a pool that does not exist or a
 // queue that holds pools this Client has no handler for.
 //
+// # Testing
+//
+// Package riverbustest runs an application's handler tests against a real
+// PostgreSQL: a fresh migrated database per test, a Client stopped with the
+// test, and a wait for a pool to reach a sequence. This package's examples
+// run that way.
+//
 // The vocabulary (events, pools and their settings, envelopes, errors) is in
 // package bustype; DESIGN.md in the repository explains the guarantees.
 package riverbus
