@@ -178,7 +178,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 func NewDatabase(t TB) string {
 	t.Helper()
 	if template == "" {
-		t.Fatalf("pgtest: call pgtest.Main(m) from TestMain")
+		t.Fatalf("pgtest: no test server: call riverbustest.Main(m) (or pgtest.Main) from TestMain")
 	}
 	return createDatabase(t, " TEMPLATE "+pgx.Identifier{template}.Sanitize())
 }
@@ -196,7 +196,7 @@ func NewPool(t TB) *pgxpool.Pool {
 func NewEmptyDatabase(t TB) string {
 	t.Helper()
 	if adminURL == "" {
-		t.Fatalf("pgtest: call pgtest.Main(m) from TestMain")
+		t.Fatalf("pgtest: no test server: call riverbustest.Main(m) (or pgtest.Main) from TestMain")
 	}
 	return createDatabase(t, "")
 }
