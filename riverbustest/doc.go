@@ -42,6 +42,6 @@
 //	riverbustest.WaitForSequence(t, client, "billing", appended[0].GlobalSequence, 10*time.Second)
 //	// assert on what the handler wrote
 //
-// The helpers take a TB, which testing.TB satisfies; an Example or a
-// TestMain can pass its own (see the package riverbus examples).
+// The helpers take a TB, which testing.TB satisfies; an Example can pass
+// its own (see the examples of package riverbus).
 package riverbustest

@@ -19,11 +19,10 @@ import (
 // existing PostgreSQL server instead of a throwaway one. Its user must be
 // allowed to create databases; the databases the tests create are dropped
 // when the test binary ends.
-const EnvURL = pgtest.EnvURL
+const EnvURL = "RIVERBUS_TEST_DATABASE_URL"
 
 // TB is what the helpers need of a test. testing.TB has it; so can an
-// Example or a TestMain, with a Fatalf that panics and cleanups run at the
-// end.
+// Example, with a Fatalf that panics and cleanups it runs at its end.
 type TB interface {
 	Helper()
 	Fatalf(format string, args ...any)

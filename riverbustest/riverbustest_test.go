@@ -13,6 +13,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/riverbustest"
@@ -55,6 +56,10 @@ func appendEvent(t *testing.T, db outbox.TxBeginner) int64 {
 	appended, err := outbox.Append(context.Background(), db, outbox.Event{Type: "invoice.paid", Data: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	return appended[0].GlobalSequence
+}
+
+func TestEnvURLIsPgtests(t *testing.T) {
+	require.Equal(t, pgtest.EnvURL, riverbustest.EnvURL)
 }
 
 func TestNewDatabaseIsFreshAndMigrated(t *testing.T) {
