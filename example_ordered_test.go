@@ -34,6 +34,9 @@ type LedgerWorker struct {
 }
 
 func (w *LedgerWorker) Work(ctx context.Context, job *river.Job[LedgerArgs]) error {
+	if job.Args.Type == "AccountOpened" {
+		time.Sleep(50 * time.Millisecond) // slow work: in an unordered pool the account's next events would overtake it
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.history[job.Args.Key] = append(w.history[job.Args.Key], job.Args.Type)
