@@ -214,49 +214,42 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		byName[p.Name] = sp
 	}
 
+	// Per-pool counts: each query's rows start with the pool's name.
 	var (
 		pool, state string
 		n, undeliv  int64
 		lastErr     *string
 	)
-	rows, err := tx.Query(ctx, sqlStatusJobs)
-	if err != nil {
-		return nil, fmt.Errorf("count jobs: %w", err)
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&pool, &state, &n}, func() error {
-		if sp := byName[pool]; sp != nil {
+	for _, q := range []struct {
+		what, sql string
+		dest      []any
+		set       func(*StatusPool)
+	}{
+		{"count jobs", sqlStatusJobs, []any{&pool, &state, &n}, func(sp *StatusPool) {
 			sp.Jobs[rivertype.JobState(state)] = n
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("count jobs: %w", err)
-	}
-	rows, err = tx.Query(ctx, sqlStatusDeadLetters)
-	if err != nil {
-		return nil, fmt.Errorf("count dead letters: %w", err)
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&pool, &n, &undeliv, &lastErr}, func() error {
-		if sp := byName[pool]; sp != nil {
+		}},
+		{"count dead letters", sqlStatusDeadLetters, []any{&pool, &n, &undeliv, &lastErr}, func(sp *StatusPool) {
 			sp.DeadLetters, sp.UndeliverableDeadLetters = n, undeliv
 			if lastErr != nil {
 				sp.LastError = *lastErr
 			}
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("count dead letters: %w", err)
-	}
-	rows, err = tx.Query(ctx, sqlStatusCompleted)
-	if err != nil {
-		return nil, fmt.Errorf("count completed jobs: %w", err)
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&pool, &n}, func() error {
-		if sp := byName[pool]; sp != nil {
+		}},
+		{"count completed jobs", sqlStatusCompleted, []any{&pool, &n}, func(sp *StatusPool) {
 			sp.CompletedLastMinute = n
+		}},
+	} {
+		rows, err := tx.Query(ctx, q.sql)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", q.what, err)
 		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("count completed jobs: %w", err)
+		if _, err := pgx.ForEachRow(rows, q.dest, func() error {
+			if sp := byName[pool]; sp != nil {
+				q.set(sp)
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("%s: %w", q.what, err)
+		}
 	}
 	for _, sp := range st.Pools {
 		if h := sp.Holder; h != nil && h.Stuck {
