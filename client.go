@@ -17,7 +17,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/migrations"
@@ -41,6 +40,11 @@ type Client struct {
 	wg      sync.WaitGroup
 	river   *river.Client[pgx.Tx]
 	stopped chan struct{}
+
+	// The fan-out's services and the checkpoint advancer; nil with
+	// FanoutDisabled. Made by NewClient, run by each Start.
+	fanout   *engine.Fanout
+	advancer *engine.CheckpointAdvancer
 }
 
 // NewClient validates cfg and returns a Client over db. It does not touch
@@ -53,18 +57,25 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("riverbus: %w", err)
 	}
-	// Validate the parts now, so a bad field is reported before Start.
+	// Build the parts now, so a bad field is reported before Start.
+	client := &Client{db: db, cfg: c, logger: c.Logger}
 	if !c.FanoutDisabled {
-		if _, err := engine.New(db, &c.Fanout); err != nil {
+		if client.fanout, err = engine.New(db, &c.Fanout); err != nil {
 			return nil, fmt.Errorf("riverbus: Fanout: %w", err)
+		}
+		client.advancer, err = engine.NewCheckpointAdvancer(db, &engine.CheckpointAdvancerConfig{
+			Interval: c.CheckpointInterval, Logger: c.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("riverbus: %w", err)
 		}
 	}
 	if _, err := workers.ClientConfig(c.Work.ClientOpts(nil, nil)); err != nil {
 		return nil, fmt.Errorf("riverbus: Work: %w", err)
 	}
-	closed := make(chan struct{})
-	close(closed)
-	return &Client{db: db, cfg: c, logger: c.Logger, stopped: closed}, nil
+	client.stopped = make(chan struct{})
+	close(client.stopped)
+	return client, nil
 }
 
 // Start checks the database and the workers' pools, then runs the fan-out
@@ -97,12 +108,9 @@ func (c *Client) Start(ctx context.Context) error {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
 	}
-	var f *engine.Fanout
-	if !c.cfg.FanoutDisabled {
-		var err error
-		if f, err = engine.New(c.db, &c.cfg.Fanout); err != nil {
-			return fmt.Errorf("riverbus: Fanout: %w", err)
-		}
+	var services []interface{ Run(context.Context) error }
+	if c.fanout != nil {
+		services = append(c.fanout.Services().All(), c.advancer)
 	}
 	if rc != nil {
 		if err := rc.Start(ctx); err != nil {
@@ -112,13 +120,11 @@ func (c *Client) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel, c.river, c.started = cancel, rc, true
 	c.stopped = make(chan struct{})
-	if f != nil {
-		c.goService(func() { _ = f.Run(runCtx) })
-		c.goService(func() {
-			if err := checkpoints.RunAdvancer(runCtx, c.db, c.cfg.CheckpointInterval, c.logger); err != nil {
-				c.logger.Error("checkpoint advancer stopped", "error", err)
-			}
-		})
+	// The fan-out's services (horizon, pools, lane sweeper, late-event
+	// retirer, the listener that wakes them) and the checkpoint advancer,
+	// each in a goroutine of its own until Stop.
+	for _, s := range services {
+		c.goService(func() { _ = s.Run(runCtx) })
 	}
 	return nil
 }

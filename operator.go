@@ -7,7 +7,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/deadletters"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
 )
 
@@ -224,6 +224,6 @@ type HorizonRepairResult struct {
 // bustype.ErrHorizonMissing). It needs the schema owner's privileges and is
 // safe while riverbus runs.
 func (c *Client) HorizonRepair(ctx context.Context) (HorizonRepairResult, error) {
-	r, err := engine.RepairHorizon(ctx, c.db)
+	r, err := horizon.Repair(ctx, c.db)
 	return HorizonRepairResult{Created: r.Created, Horizon: r.Horizon}, err
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/checkpoints"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
 )
 
@@ -18,7 +18,7 @@ import (
 // sequence's cache or increment, the trigger that assigns sequences): its
 // Code, what is wrong (Message, Detail), what to run to repair it (Fix), and
 // whether it Blocks the horizon from proving or skipping gaps while it holds.
-type HorizonProblem = engine.Problem
+type HorizonProblem = horizon.Problem
 
 // StatusStuckAfter is how long a pool's checkpoint may stand still behind a
 // job that has not failed before Status calls it stuck (a handler that
@@ -180,7 +180,7 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 }
 
 func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
-	h, err := engine.GetHorizon(ctx, tx)
+	h, err := horizon.Get(ctx, tx)
 	if err != nil {
 		return nil, err
 	}

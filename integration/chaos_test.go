@@ -24,7 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -775,8 +775,8 @@ chaos:
 			}
 		}
 	}
-	var h *engine.HorizonStatus
-	require.NoError(t, retryFor(10*time.Second, func() error { var err error; h, err = engine.GetHorizon(ctx, db); return err }))
+	var h *horizon.Status
+	require.NoError(t, retryFor(10*time.Second, func() error { var err error; h, err = horizon.Get(ctx, db); return err }))
 	var longCommitted int
 	require.NoError(t, retryFor(10*time.Second, func() error {
 		return db.QueryRow(ctx, `SELECT count(*) FROM riverbus_event WHERE type = 'it.long'`).Scan(&longCommitted)

@@ -13,6 +13,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
@@ -83,21 +84,21 @@ func TestPreparedWriterGap(t *testing.T) {
 		require.NoError(t, tx.Rollback(ctx))
 		return res[0].GlobalSequence, appendOne()
 	}
-	horizon := func() *engine.HorizonStatus {
+	horizonNow := func() *horizon.Status {
 		t.Helper()
-		h, err := engine.GetHorizon(ctx, db)
+		h, err := horizon.Get(ctx, db)
 		require.NoError(t, err)
 		return h
 	}
 	// passUntil runs fan-out passes until cond holds (a restart leaves dead
 	// connections in the pool: a failed pass is tried again).
-	passUntil := func(what string, cond func(h *engine.HorizonStatus) bool) {
+	passUntil := func(what string, cond func(h *horizon.Status) bool) {
 		t.Helper()
 		eventually(t, 60*time.Second, what, func() bool {
 			if _, err := f.Pass(ctx); err != nil {
 				return false
 			}
-			h, err := engine.GetHorizon(ctx, db)
+			h, err := horizon.Get(ctx, db)
 			return err == nil && cond(h)
 		})
 	}
@@ -108,7 +109,7 @@ func TestPreparedWriterGap(t *testing.T) {
 			_, err := f.Pass(ctx)
 			require.NoError(t, err)
 		}
-		require.Equal(t, below-1, horizon().Horizon, "the horizon holds at the prepared transaction's sequence")
+		require.Equal(t, below-1, horizonNow().Horizon, "the horizon holds at the prepared transaction's sequence")
 	}
 	finish := func(sql string) {
 		t.Helper()
@@ -124,10 +125,10 @@ func TestPreparedWriterGap(t *testing.T) {
 		require.NoError(t, err)
 	})
 	gap, later := rolledBackGap()
-	passUntil("a rolled-back gap passed beside an unrelated prepared transaction", func(h *engine.HorizonStatus) bool {
+	passUntil("a rolled-back gap passed beside an unrelated prepared transaction", func(h *horizon.Status) bool {
 		return h.Horizon >= later
 	})
-	require.Zero(t, horizon().GapsSkipped, "proven dead, not skipped")
+	require.Zero(t, horizonNow().GapsSkipped, "proven dead, not skipped")
 
 	g := prepareAppend("rb-commit")
 	after := appendOne()
@@ -142,7 +143,7 @@ func TestPreparedWriterGap(t *testing.T) {
 		return db.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts`).Scan(&prepared) == nil
 	})
 	require.Equal(t, 2, prepared, "both prepared transactions survived the restart")
-	passUntil("a pass after the restart", func(*engine.HorizonStatus) bool { return true })
+	passUntil("a pass after the restart", func(*horizon.Status) bool { return true })
 	holds(g)
 	require.Empty(t, jobsOf(t, db, pool, g, after))
 
@@ -150,12 +151,12 @@ func TestPreparedWriterGap(t *testing.T) {
 	gap, later = rolledBackGap()
 	require.Greater(t, gap, after)
 	finish(`COMMIT PREPARED 'rb-commit'`)
-	passUntil("the committed prepared event and those after it delivered", func(h *engine.HorizonStatus) bool {
+	passUntil("the committed prepared event and those after it delivered", func(h *horizon.Status) bool {
 		return h.Horizon >= later
 	})
 	require.Equal(t, map[int64]int{g: 1, after: 1}, jobsOf(t, db, pool, g, after))
 	require.Empty(t, jobsOf(t, db, pool, gap))
-	h := horizon()
+	h := horizonNow()
 	require.Zero(t, h.GapsSkipped, "nothing waited for the gap timeout")
 	require.Zero(t, h.LateEvents)
 
@@ -163,10 +164,10 @@ func TestPreparedWriterGap(t *testing.T) {
 	after = appendOne()
 	holds(g)
 	finish(`ROLLBACK PREPARED 'rb-rollback'`)
-	passUntil("the rolled-back prepared sequence proven dead", func(h *engine.HorizonStatus) bool {
+	passUntil("the rolled-back prepared sequence proven dead", func(h *horizon.Status) bool {
 		return h.Horizon >= after
 	})
-	require.Zero(t, horizon().GapsSkipped, "proven dead, not skipped by the timeout")
+	require.Zero(t, horizonNow().GapsSkipped, "proven dead, not skipped by the timeout")
 	require.Equal(t, map[int64]int{after: 1}, jobsOf(t, db, pool, g, after))
 
 	finish(`ROLLBACK PREPARED 'rb-unrelated'`)

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 )
@@ -57,7 +57,7 @@ func TestDatabaseRestartMidRun(t *testing.T) {
 	for seq := range committed {
 		require.NotEmpty(t, worked[seq], "sequence %d was never worked", seq)
 	}
-	h, err := engine.GetHorizon(ctx, db)
+	h, err := horizon.Get(ctx, db)
 	require.NoError(t, err)
 	t.Logf("gaps proven dead %d, skipped %d, late %d", h.GapsProvenDead, h.GapsSkipped, h.LateEvents)
 	fan.stop()

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverqueue/river"
 )
 
@@ -178,6 +179,6 @@ func ClientConfig(opts ClientOpts) (*river.Config, error) {
 		}
 	}
 	// Ordered pools hand a key to its next job as soon as a job succeeds.
-	cfg.Middleware = append(cfg.Middleware, &LaneHandoff{})
+	cfg.Middleware = append(cfg.Middleware, &lanes.Handoff{})
 	return cfg, nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -125,33 +124,4 @@ func poolNames(ctx context.Context, db database.DB) ([]string, error) {
 		return nil, fmt.Errorf("list pools: %w", err)
 	}
 	return names, nil
-}
-
-// RunAdvancer advances every pool's checkpoint each interval until ctx ends,
-// then returns nil. Errors (a database outage) are logged and retried at the
-// next tick. Any number of processes may run it: Advance only moves a
-// checkpoint forward.
-func RunAdvancer(ctx context.Context, db database.DB, interval time.Duration, logger *slog.Logger) error {
-	if interval <= 0 {
-		return fmt.Errorf("checkpoint advancer: interval must be positive, got %s", interval)
-	}
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
-		_, err := AdvanceAll(ctx, db)
-		switch {
-		case err != nil && ctx.Err() == nil && !failing:
-			logger.Warn("checkpoint advancer: advancing failed; will retry", "error", err)
-			failing = true
-		case err == nil && failing:
-			logger.Info("checkpoint advancer: advancing again")
-			failing = false
-		}
-	}
 }

@@ -1,6 +1,7 @@
 // Package checkpoints computes, stores and reads the pools' checkpoints, and
-// names the job that holds one. The client runs RunAdvancer and answers the
-// operator's CheckpointX methods with it; package checkpoint explains
+// names the job that holds one. The client runs the checkpoint advancer
+// (internal/engine's CheckpointAdvancer, which calls AdvanceAll) and answers
+// the operator's CheckpointX methods with it; package checkpoint explains
 // checkpoints to users.
 //
 // # Computing

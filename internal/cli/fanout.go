@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 )
 
@@ -62,11 +61,13 @@ func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool, onBatch func(fano
 	if err != nil {
 		return err
 	}
+	advancer, err := engine.NewCheckpointAdvancer(db, &engine.CheckpointAdvancerConfig{Interval: 250 * time.Millisecond, Logger: a.logger})
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return f.Run(ctx) })
-	g.Go(func() error {
-		return checkpoints.RunAdvancer(ctx, db, 250*time.Millisecond, a.logger)
-	})
+	g.Go(func() error { return advancer.Run(ctx) })
 	if err := g.Wait(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("fan-out: %w", err)
 	}

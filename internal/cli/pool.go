@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
 )
 
@@ -313,7 +313,7 @@ func orderingLabel(p *bustype.Pool) string {
 // waitCaughtUp draws the pool's progress until every event up to the
 // horizon seen at the start is finished, or ctx ends.
 func (a *app) waitCaughtUp(ctx context.Context, db *pgxpool.Pool, pool string) error {
-	h, err := engine.GetHorizon(ctx, db)
+	h, err := horizon.Get(ctx, db)
 	if err != nil {
 		return err
 	}

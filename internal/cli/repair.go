@@ -3,9 +3,8 @@ package cli
 import (
 	"fmt"
 
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/spf13/cobra"
-
-	"github.com/riverbus/riverbus/internal/engine"
 )
 
 func (a *app) repairCommand() *cobra.Command {
@@ -25,7 +24,7 @@ func (a *app) repairHorizonCommand() *cobra.Command {
 fanned out: every pass fails with an error naming this command. repair
 horizon recreates the row at a value that cannot skip an event (the highest
 sequence the horizon is known to have passed, or the lowest pool cursor
-below any open gap; see engine.RepairHorizon) and leaves an existing row
+below any open gap; see horizon.Repair) and leaves an existing row
 alone. The horizon then walks up again from there. It is safe while riverbus
 runs; run it as the schema owner (the worker role may not insert the row).`,
 		Example: `  riverbus repair horizon`,
@@ -36,7 +35,7 @@ runs; run it as the schema owner (the worker role may not insert the row).`,
 				return err
 			}
 			defer db.Close()
-			res, err := engine.RepairHorizon(cmd.Context(), db)
+			res, err := horizon.Repair(cmd.Context(), db)
 			if err != nil {
 				return err
 			}

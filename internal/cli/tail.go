@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 )
@@ -68,7 +68,7 @@ pool's filter lets through.`,
 			}
 			after := from
 			if !cmd.Flags().Changed("from") {
-				h, err := engine.GetHorizon(ctx, db)
+				h, err := horizon.Get(ctx, db)
 				if err != nil {
 					return err
 				}

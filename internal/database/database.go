@@ -20,6 +20,21 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// TxSettingsSQL is sent in the first round trip of every horizon round and
+// fan-out batch (and by the late-event retirement).
+//
+// synchronous_commit off: the commit does not wait for its WAL to reach
+// disk. What rounds and batches write is derived state, and every
+// transaction that acts on it durably (a worker's fetch, a later round, a
+// checkpoint) commits synchronously, which flushes the WAL up to and
+// including theirs. A crash can only lose a round or a batch that nothing
+// has acted on, and the next pass redoes it.
+//
+// jit off: on tables not yet analyzed (a fresh database with a backlog) the
+// estimates are high enough for PostgreSQL to JIT-compile these millisecond
+// queries, which took seconds.
+const TxSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)`
+
 // Code returns the SQLSTATE of err's PostgreSQL error, or "" when err is
 // not one. Compare it with pgerrcode's constants.
 func Code(err error) string {

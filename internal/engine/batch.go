@@ -5,18 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -80,7 +77,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (fanout.BatchResul
 		var horizon int64
 		var anySkipped bool
 		b := &pgx.Batch{}
-		b.Queue(sqlTxSettings)
+		b.Queue(database.TxSettingsSQL)
 		b.Queue(sqlPoolLock, name)
 		b.Queue(sqlHorizonAndSkipped)
 		br := tx.SendBatch(ctx, b)
@@ -245,82 +242,8 @@ func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []e
 	return out, nil
 }
 
-// lane is the ordering lane of an event key in the pool: the key itself in a
-// key-ordered pool, one lane for a globally ordered one, none otherwise.
-func (p *lockedPool) lane(key string) string {
-	switch p.ordering {
-	case bustype.OrderingKey:
-		return key
-	case bustype.OrderingGlobal:
-		return ""
-	}
-	return ""
-}
-
-// lockLanes takes the exclusive locks of the lanes' buckets: row locks of
-// riverbus_lane_lock, which only riverbus_worker may take (an advisory lock
-// could be taken and held by any role). First all at once without waiting
-// (the common case: no release in progress); when one is busy, it waits for
-// them in bucket order.
-//
-// Releases take their buckets shared in bucket order too (migrations 005,
-// 012), but a transaction that releases lanes in two statements (a delete,
-// then a completion) can still hold a higher bucket while asking for a
-// lower one, and so close a cycle with a waiting batch. The wait is
-// therefore bounded by laneLockWait, well under PostgreSQL's
-// deadlock_timeout: on timeout the batch gives back the buckets it got (a
-// savepoint), lets the release through and tries again, instead of waiting
-// for the deadlock detector to abort one side a second later.
-func lockLanes(ctx context.Context, tx pgx.Tx, pool string, lanes []string) error {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	var ok bool
-	if err := sp.QueryRow(ctx, sqlLaneTryLock, pool, lanes).Scan(&ok); err != nil {
-		return fmt.Errorf("lock lanes: %w", err)
-	}
-	if ok {
-		return sp.Commit(ctx) // RELEASE SAVEPOINT keeps the locks
-	}
-	if err := sp.Rollback(ctx); err != nil {
-		return err
-	}
-	for attempt := 1; ; attempt++ {
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		var prev, set string
-		if err := sp.QueryRow(ctx, sqlSetLockTimeout, fmt.Sprintf("%dms", laneLockWait.Milliseconds())).Scan(&prev, &set); err != nil {
-			return fmt.Errorf("lock lanes: %w", err)
-		}
-		if _, err = sp.Exec(ctx, sqlLaneLock, pool, lanes); err == nil {
-			if err := sp.QueryRow(ctx, sqlSetLockTimeout, prev).Scan(&prev, &set); err != nil {
-				return fmt.Errorf("lock lanes: %w", err)
-			}
-			return sp.Commit(ctx)
-		}
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.LockNotAvailable {
-			return fmt.Errorf("lock lanes: %w", err)
-		}
-		// Rolling back to the savepoint frees the buckets taken so far and
-		// restores lock_timeout.
-		if err := sp.Rollback(ctx); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(rand.Int64N(int64(min(attempt, 10)) * int64(5*time.Millisecond)))):
-		}
-	}
-}
-
-// laneLockWait bounds a batch's wait for one lane bucket; it must stay well
-// below PostgreSQL's deadlock_timeout (1 s by default).
-const laneLockWait = 100 * time.Millisecond
+// lane is the ordering lane of an event key in the pool (lanes.Of).
+func (p *lockedPool) lane(key string) string { return lanes.Of(p.ordering, key) }
 
 func (p *lockedPool) matches(e outbox.Event) bool {
 	return bustype.FilterMatches(p.eventTypes, p.tags, e)
@@ -345,28 +268,4 @@ func scanEvent(row pgx.CollectableRow) (event, error) {
 	e.Data = json.RawMessage(data)
 	e.Metadata = json.RawMessage(metadata)
 	return e, err
-}
-
-// ReleaseStuckLanes makes available the next job of every ordered lane that
-// has pending jobs and none in flight: the safety net behind the release
-// trigger (for a job deleted while pending jobs of its lane were being
-// inserted, say). It returns how many jobs it released. Run calls it every
-// few seconds beside the passes.
-func ReleaseStuckLanes(ctx context.Context, db database.DB) (int64, error) {
-	var n int64
-	if err := db.QueryRow(ctx, sqlReleaseStuckLanes).Scan(&n); err != nil {
-		return 0, fmt.Errorf("release stuck lanes: %w", err)
-	}
-	return n, nil
-}
-
-// PromoteLaneRetries makes available the due retries of ordered pools' jobs,
-// which River's scheduler would only pick up within 5 s, while each holds its
-// key. It returns how many queues had retries promoted.
-func PromoteLaneRetries(ctx context.Context, db database.DB) (int64, error) {
-	var n, notified int64
-	if err := db.QueryRow(ctx, sqlPromoteLaneRetries).Scan(&n, &notified); err != nil {
-		return 0, fmt.Errorf("promote due retries of ordered pools: %w", err)
-	}
-	return n, nil
 }

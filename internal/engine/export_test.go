@@ -1,13 +1,5 @@
 package engine
 
-// UsesPlainPath reports whether pool's next batch takes the plain path.
-func (f *Fanout) UsesPlainPath(pool string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := f.plain[pool]
-	return !f.noPlain && (k == plainAll || k == plainTyped)
-}
-
 // SetEnvelopeMaxBytes lowers the general path's envelope limit until the
 // returned function is called. Tests that use it must not run in parallel.
 func SetEnvelopeMaxBytes(n int) func() {

@@ -17,9 +17,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/horizon"
+	"github.com/riverbus/riverbus/internal/lanes"
+	"github.com/riverbus/riverbus/internal/service"
 )
-
-const horizonPageSize = 10_000
 
 // Stats are this instance's counters since New.
 type Stats struct {
@@ -37,6 +38,10 @@ type Stats struct {
 // Fanout advances the horizon and turns events into River jobs, one per
 // event per matching pool. Any number of instances may run against one
 // database; they share the work through row and table locks.
+//
+// Its long-running parts are services (Services): the horizon, the pools'
+// fan-out, the lane sweeper, the late-event retirer and the listener that
+// wakes them. Run runs them all; riverbus.Client.Start runs each.
 type Fanout struct {
 	db     *pgxpool.Pool
 	cfg    fanout.Config
@@ -45,21 +50,36 @@ type Fanout struct {
 	mu    sync.Mutex
 	stats Stats
 
-	// wake wakes the horizon loop, wakePools the pools' loop;
-	// lateDelivered tells the horizon loop that a pool delivered late
-	// events, which may now be retired.
-	wake, wakePools, lateDelivered chan struct{}
-	// roundPIDs are the backends that ran this instance's horizon rounds:
-	// their riverbus_horizon notifications need not wake it.
-	roundPIDs sync.Map
 	// plain is, per pool, what its last batch found out about the plain
 	// path (plain.go). Guarded by mu.
 	plain map[string]plainKind
-	// problemLog paces the ERROR logs of broken assumptions (horizon.go).
-	problemLog problemLog
 	// noPlain: the plain path's statement cannot run on this server.
 	// Guarded by mu.
 	noPlain bool
+
+	services Services
+}
+
+// Services are the fan-out's long-running parts. Each Run blocks until its
+// ctx ends and returns nil; database errors are logged and retried.
+type Services struct {
+	// Listener wakes the horizon and the pools on riverbus_event and
+	// riverbus_horizon notifications.
+	Listener *Listener
+	// Horizon advances the horizon.
+	Horizon *horizon.Service
+	// Pools fans out every active pool.
+	Pools *PoolService
+	// Sweeper promotes ordered pools' due retries and releases stuck
+	// lanes.
+	Sweeper *lanes.Sweeper
+	// Retirer retires late events every pool has handled.
+	Retirer *horizon.Retirer
+}
+
+// All returns every service, to run each in a goroutine of its own.
+func (s *Services) All() []interface{ Run(context.Context) error } {
+	return []interface{ Run(context.Context) error }{s.Listener, s.Horizon, s.Pools, s.Sweeper, s.Retirer}
 }
 
 // New validates cfg and returns a Fanout. It does not touch the database.
@@ -96,13 +116,25 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Fanout{
+	f := &Fanout{
 		db: db, cfg: c, logger: logger.With("component", "fanout"),
 		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}, Undeliverable: map[string]int64{}},
 		plain: map[string]plainKind{},
-		wake:  make(chan struct{}, 1), wakePools: make(chan struct{}, 1), lateDelivered: make(chan struct{}, 1),
-	}, nil
+	}
+	s := &f.services
+	s.Retirer = horizon.NewRetirer(db, &horizon.RetirerConfig{Logger: f.logger})
+	s.Horizon = horizon.NewService(db, &horizon.Config{
+		GapTimeout: c.GapTimeout, GapCheckInterval: c.GapCheckInterval, PollInterval: c.PollInterval,
+		Logger: f.logger, OnRoundFunc: f.roundDone,
+	})
+	s.Pools = &PoolService{f: f, wake: service.NewWake()}
+	s.Sweeper = lanes.NewSweeper(db, &lanes.SweeperConfig{Logger: f.logger})
+	s.Listener = &Listener{f: f}
+	return f, nil
 }
+
+// Services returns the fan-out's services.
+func (f *Fanout) Services() *Services { return &f.services }
 
 // Stats returns a copy of this instance's counters.
 func (f *Fanout) Stats() Stats {
@@ -115,142 +147,50 @@ func (f *Fanout) Stats() Stats {
 	return s
 }
 
-// Wake asks Run for a horizon round and a batch of every pool now, as a
-// notification does.
-func (f *Fanout) Wake() {
-	signal(f.wake)
-	signal(f.wakePools)
+// UsesPlainPath reports whether pool's next batch takes the plain path
+// (plain.go), as far as its last batch found out.
+func (f *Fanout) UsesPlainPath(pool string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := f.plain[pool]
+	return !f.noPlain && (k == plainAll || k == plainTyped)
 }
 
-// Run advances the horizon and fans out until ctx ends, then returns nil. A
+// Wake asks for a horizon round and a batch of every pool now, as a
+// notification does.
+func (f *Fanout) Wake() {
+	f.services.Horizon.Wake()
+	f.services.Pools.Wake()
+}
+
+// Run runs every service (Services) until ctx ends, then returns nil. A
 // batch in flight when ctx ends is rolled back, never half applied. The
 // horizon advances in a loop of its own, and each pool is fanned out on its
-// own (horizonLoop, poolLoop): database errors are logged and retried with a
-// backoff of their own, the horizon's or one pool's, and never end Run nor
-// delay another pool.
+// own: database errors are logged and retried with a backoff of their own,
+// the horizon's or one pool's, and never end Run nor delay another pool.
 func (f *Fanout) Run(ctx context.Context) error {
-	listenCtx, stopListen := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	listener := &pgxlisten.Listener{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			return pgx.ConnectConfig(ctx, f.db.Config().ConnConfig.Copy())
-		},
-		LogError: func(ctx context.Context, err error) {
-			if ctx.Err() == nil {
-				f.logger.Warn("listener: reconnecting", "error", err)
-			}
-		},
-		ReconnectDelay: time.Second,
+	for _, s := range f.services.All() {
+		wg.Go(func() { _ = s.Run(ctx) })
 	}
-	h := &wakeHandler{f: f}
-	listener.Handle("riverbus_event", h)
-	listener.Handle("riverbus_horizon", h)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = listener.Listen(listenCtx)
-	}()
-	defer func() {
-		stopListen()
-		wg.Wait()
-	}()
-
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		f.sweepLoop(listenCtx)
-	}()
-
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		f.horizonLoop(listenCtx)
-	}()
-	f.poolLoop(ctx)
+	wg.Wait()
 	return nil
 }
 
-// horizonLoop advances the horizon until ctx ends: at once again while it
-// moves a full page, soon while it waits at a gap, else when woken or at
-// the poll interval. Every move wakes the pools' loop. It also retires late
-// events that every pool has handled. Its errors back off on their own and
-// never delay a pool.
-func (f *Fanout) horizonLoop(ctx context.Context) {
-	backoff := time.Duration(0)
-	retire := false
-	for {
-		round, err := f.round(ctx)
-		if err == nil {
-			if round.Moved {
-				signal(f.wakePools)
-			}
-			retire = retire || round.Late > 0 || round.LatePending > 0
-			if retire {
-				// After the pools: the late events marked by an earlier
-				// round, which the pools have had a chance to handle.
-				// While a late record is left, every round tries again: a
-				// pool that lagged behind handles the event on its normal
-				// path, which signals no late delivery.
-				if _, err = RetireLateEvents(ctx, f.db); err == nil {
-					retire = round.Late > 0 || round.LatePending > 0
-				}
-			}
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		var wait time.Duration
-		switch {
-		case err != nil:
-			backoff = nextBackoff(backoff)
-			wait = jitter(backoff)
-			f.logger.Error("horizon round failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
-		case round.More && round.Moved:
-			backoff = 0
-			continue
-		case !round.Locked || round.Holding:
-			// Another instance holds the horizon (it may wait at a gap),
-			// or this one waits at a gap.
-			backoff = 0
-			wait = f.cfg.GapCheckInterval
-		default:
-			backoff = 0
-			wait = f.cfg.PollInterval
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-f.wake:
-			timer.Stop()
-			if err != nil {
-				// Still wait out the backoff, but no longer than needed.
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
-			}
-		case <-f.lateDelivered:
-			timer.Stop()
-			retire = true
-		case <-timer.C:
-		}
+// roundDone counts a round this instance ran and wakes what it concerns:
+// the pools when the horizon moved, the retirer when late events may be
+// left to retire.
+func (f *Fanout) roundDone(r horizon.RoundResult) {
+	f.mu.Lock()
+	f.stats.Horizon = r.Horizon
+	f.stats.GapsProvenDead += r.ProvenDead
+	f.stats.GapsSkipped += r.Skipped
+	f.stats.LateEvents += r.Late
+	f.mu.Unlock()
+	if r.Moved {
+		f.services.Pools.Wake()
 	}
-}
-
-// round runs one horizon round and records it.
-func (f *Fanout) round(ctx context.Context) (RoundResult, error) {
-	round, err := AdvanceHorizon(ctx, f.db, f.cfg.GapTimeout, horizonPageSize)
-	if err != nil {
-		return round, err
-	}
-	f.recordRound(round)
-	if round.pid != 0 {
-		f.roundPIDs.Store(round.pid, struct{}{})
-	}
-	return round, nil
+	f.services.Retirer.WakeAfter(r)
 }
 
 // poolRun is what the pools' loop knows of one pool.
@@ -269,13 +209,39 @@ type poolDone struct {
 	err  error
 }
 
-// poolLoop fans out every active pool until ctx ends, each on its own: a
-// batch per pool at a time, at most fanout.Config.Workers batches at once, the
+// PoolService fans out every active pool, each on its own. Its settings
+// are the fan-out's (fanout.Config.Workers, PollInterval).
+type PoolService struct {
+	f    *Fanout
+	wake chan struct{}
+
+	// TestSignals lets tests wait for what Run did.
+	TestSignals PoolTestSignals
+}
+
+// PoolTestSignals are the pools' service's test signals.
+type PoolTestSignals struct {
+	// BatchDone receives the result of every batch Run committed (empty
+	// ones included).
+	BatchDone service.TestSignal[fanout.BatchResult]
+}
+
+// Init makes every signal record values; tests only, before Run.
+func (ts *PoolTestSignals) Init(tb service.TB) { ts.BatchDone.Init(tb) }
+
+// Wake asks Run to list the active pools again and run a batch of each.
+func (s *PoolService) Wake() { service.Wake(s.wake) }
+
+// Run fans out every active pool until ctx ends, each on its own: a batch
+// per pool at a time, at most fanout.Config.Workers batches at once, the
 // pools that waited longest first. A pool runs again at once while its
 // batches are full, and when woken (the horizon moved, a notification, the
 // poll interval). A failing pool backs off alone: the others go on at their
-// own pace, and so they do while one pool's batch is slow.
-func (f *Fanout) poolLoop(ctx context.Context) {
+// own pace, and so they do while one pool's batch is slow. A batch that
+// delivered late events wakes the late-event retirer. Run returns nil when
+// ctx ends, after the batches in flight.
+func (s *PoolService) Run(ctx context.Context) error {
+	f := s.f
 	pools := map[string]*poolRun{}
 	done := make(chan poolDone)
 	running := 0
@@ -288,10 +254,10 @@ func (f *Fanout) poolLoop(ctx context.Context) {
 			names, err := f.activePools(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					listBackoff = nextBackoff(listBackoff)
+					listBackoff = service.NextBackoff(listBackoff)
 					f.logger.Error("list active pools failed; retrying", "error", err, "retry_in", listBackoff)
 				}
-				nextList = now.Add(jitter(listBackoff))
+				nextList = now.Add(service.Jitter(listBackoff))
 			} else {
 				listBackoff = 0
 				active := make(map[string]bool, len(names))
@@ -347,7 +313,7 @@ func (f *Fanout) poolLoop(ctx context.Context) {
 			for ; running > 0; running-- {
 				<-done
 			}
-			return
+			return nil
 		case d := <-done:
 			timer.Stop()
 			running--
@@ -358,18 +324,19 @@ func (f *Fanout) poolLoop(ctx context.Context) {
 				if ctx.Err() != nil {
 					continue
 				}
-				st.backoff = nextBackoff(st.backoff)
-				wait := jitter(st.backoff)
+				st.backoff = service.NextBackoff(st.backoff)
+				wait := service.Jitter(st.backoff)
 				st.retryAt, st.due = time.Now().Add(wait), true
 				f.logger.Error("fan-out of pool failed; retrying it", "pool", d.name, "error", d.err, "retry_in", wait.Round(time.Millisecond))
 			default:
 				st.backoff, st.retryAt = 0, time.Time{}
 				st.due = st.due || d.full
 				if d.res.Late > 0 {
-					signal(f.lateDelivered)
+					f.services.Retirer.Wake()
 				}
+				s.TestSignals.BatchDone.Signal(d.res)
 			}
-		case <-f.wakePools:
+		case <-s.wake:
 			timer.Stop()
 			refresh = true
 		case <-timer.C:
@@ -390,108 +357,66 @@ func (f *Fanout) activePools(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// nextBackoff doubles a failure backoff, from 100 ms to at most 10 s.
-func nextBackoff(d time.Duration) time.Duration {
-	return min(max(2*d, 100*time.Millisecond), 10*time.Second)
-}
+// Listener wakes the horizon and the pools on each riverbus_event and
+// riverbus_horizon notification (a horizon move by another instance), and
+// once after each (re)connection: LISTEN first, then the wake-up, so
+// nothing that committed meanwhile waits for the poll interval.
+type Listener struct{ f *Fanout }
 
-// jitter adds up to a quarter of d, so instances that failed together do
-// not retry together.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d/4)+1))
-}
-
-// signal wakes the loop that waits on ch, unless a wake-up is already
-// waiting.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// sweepLoop is the safety net of ordered pools, beside the passes so it
-// never delays one: due retries are promoted every sweepInterval, and lanes
-// left with pending jobs and none in flight are released every
-// stuckLaneInterval. Failures are logged and retried with backoff.
-func (f *Fanout) sweepLoop(ctx context.Context) {
-	var lastStuck time.Time
-	backoff := time.Duration(0)
-	for {
-		wait := sweepInterval
-		err := func() error {
-			if _, err := PromoteLaneRetries(ctx, f.db); err != nil {
-				return err
+// Run listens until ctx ends, reconnecting after a failure, then returns
+// nil.
+func (l *Listener) Run(ctx context.Context) error {
+	listener := &pgxlisten.Listener{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, l.f.db.Config().ConnConfig.Copy())
+		},
+		LogError: func(ctx context.Context, err error) {
+			if ctx.Err() == nil {
+				l.f.logger.Warn("listener: reconnecting", "error", err)
 			}
-			if time.Since(lastStuck) < stuckLaneInterval {
-				return nil
-			}
-			lastStuck = time.Now()
-			n, err := ReleaseStuckLanes(ctx, f.db)
-			if n > 0 {
-				f.logger.Warn("released ordered lanes that had no job in flight", "jobs", n)
-			}
-			return err
-		}()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			backoff = min(max(2*backoff, sweepInterval), 10*time.Second)
-			wait = backoff
-			f.logger.Warn("ordered pools' sweep failed; retrying", "error", err, "retry_in", wait)
-		default:
-			backoff = 0
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
+		},
+		ReconnectDelay: time.Second,
 	}
+	listener.Handle("riverbus_event", l)
+	listener.Handle("riverbus_horizon", l)
+	_ = listener.Listen(ctx)
+	return nil
 }
 
-const (
-	sweepInterval     = 250 * time.Millisecond
-	stuckLaneInterval = 2 * time.Second
-)
-
-type wakeHandler struct{ f *Fanout }
-
-func (h *wakeHandler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
-	if n.Channel == "riverbus_horizon" {
-		if _, own := h.f.roundPIDs.Load(n.PID); own {
-			// This instance's own round: the pass that ran it fans out
-			// next anyway. Waking again would only run an empty pass.
-			return nil
-		}
+// HandleNotification wakes the fan-out, unless the notification is of a
+// round this instance ran: the loop that ran it wakes the pools itself.
+func (l *Listener) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	if n.Channel == "riverbus_horizon" && l.f.services.Horizon.OwnRound(n.PID) {
+		return nil
 	}
-	h.f.Wake()
+	l.f.Wake()
 	return nil
 }
 
 // HandleBacklog runs after LISTEN is in place: wake once, so nothing that
 // committed before the listener (re)connected waits for the poll interval.
-func (h *wakeHandler) HandleBacklog(context.Context, string, *pgx.Conn) error {
-	h.f.Wake()
+func (l *Listener) HandleBacklog(context.Context, string, *pgx.Conn) error {
+	l.f.Wake()
 	return nil
 }
 
 // PassResult says what one Pass did.
 type PassResult struct {
-	Horizon RoundResult
+	Horizon horizon.RoundResult
 	Jobs    int  // jobs inserted over all pools
 	More    bool // a round or a batch was full: call again at once
 	Holding bool // the horizon waits at an open gap: look again soon
 }
 
 // Pass runs horizon rounds until the horizon stops moving, then one batch
-// for every active pool that this instance can lock. Run calls it in a loop;
-// tests call it directly.
+// for every active pool that this instance can lock, then retires the late
+// events every pool has handled: one step of what the services do, in the
+// caller's goroutine, for tests and benchmarks that step the fan-out
+// themselves.
 func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 	var res PassResult
 	for range 10 {
-		round, err := f.round(ctx)
+		round, err := f.services.Horizon.Round(ctx)
 		if err != nil {
 			return res, err
 		}
@@ -550,32 +475,8 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 		// pass that runs the round tries again: a pool that lagged behind
 		// handles the event on its normal path, which counts as no late
 		// delivery, so nothing else would trigger the retirement.
-		_, firstErr = RetireLateEvents(ctx, f.db)
+		_, firstErr = horizon.RetireLateEvents(ctx, f.db)
 	}
 	res.More = res.More || (res.Horizon.More && res.Horizon.Moved)
 	return res, firstErr
-}
-
-func (f *Fanout) recordRound(r RoundResult) {
-	if !r.Locked {
-		return
-	}
-	f.mu.Lock()
-	f.stats.Horizon = r.Horizon
-	f.stats.GapsProvenDead += r.ProvenDead
-	f.stats.GapsSkipped += r.Skipped
-	f.stats.LateEvents += r.Late
-	f.mu.Unlock()
-	f.problemLog.log(f.logger, r.Problems)
-	if r.Skipped > 0 {
-		f.logger.Warn("gap timeout: horizon skipped missing sequences; they are watched and will be delivered late if they commit",
-			"count", r.Skipped, "horizon", r.Horizon, "gap_timeout", f.cfg.GapTimeout)
-	}
-	if r.Late > 0 {
-		f.logger.Warn("late events: skipped sequences committed after their gap timed out; delivering them to pools that passed them",
-			"count", r.Late)
-	}
-	if r.ProvenDead > 0 {
-		f.logger.Debug("gap proven rolled back", "sequences", r.ProvenDead, "horizon", r.Horizon)
-	}
 }

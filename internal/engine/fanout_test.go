@@ -3,19 +3,19 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/fanouttest"
+	hz "github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 )
@@ -31,117 +31,21 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{db: pgtest.NewPool(t)}
 }
 
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelError + 1}))
-}
+// The helpers shared with the horizon's tests (internal/fanouttest).
+var (
+	quietLogger = fanouttest.QuietLogger
+	newFanout   = fanouttest.NewFanout
+	runFanout   = fanouttest.RunFanout
+	createPool  = fanouttest.CreatePool
+	appendEvent = fanouttest.AppendEvent
+	openWriter  = fanouttest.OpenWriter
+	jobs        = fanouttest.Jobs
+	horizon     = fanouttest.Horizon
+	eventually  = fanouttest.Eventually
+	pass        = fanouttest.Pass
+)
 
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
-func newFanout(t *testing.T, db *pgxpool.Pool, cfg fanout.Config) *engine.Fanout {
-	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = quietLogger()
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 50 * time.Millisecond
-	}
-	f, err := engine.New(db, &cfg)
-	require.NoError(t, err)
-	return f
-}
-
-// runFanout runs f in the background until the test ends.
-func runFanout(t *testing.T, f *engine.Fanout) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(15 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
-}
-
-func createPool(t *testing.T, db *pgxpool.Pool, params bustype.PoolParams) *bustype.Pool {
-	t.Helper()
-	p, _, err := pools.Create(context.Background(), db, params)
-	require.NoError(t, err)
-	return p
-}
-
-const insertEvent = `INSERT INTO riverbus_event (type, key, tags, data) VALUES ($1, $2, $3, '{"n": 1}') RETURNING global_sequence`
-
-func appendEvent(t *testing.T, db interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, typ string, tags ...string) int64 {
-	t.Helper()
-	if tags == nil {
-		tags = []string{}
-	}
-	var seq int64
-	require.NoError(t, db.QueryRow(context.Background(), insertEvent, typ, "k", tags).Scan(&seq))
-	return seq
-}
-
-// openWriter starts a transaction that appends one event and holds it.
-func openWriter(t *testing.T, db *pgxpool.Pool) (pgx.Tx, int64) {
-	t.Helper()
-	tx, err := db.Begin(context.Background())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	return tx, appendEvent(t, tx, "held")
-}
-
-// jobs returns, per global sequence, how many jobs pool has and whether any
-// is flagged late.
-func jobs(t *testing.T, db *pgxpool.Pool, pool string) (map[int64]int, map[int64]bool) {
-	t.Helper()
-	rows, err := db.Query(context.Background(),
-		`SELECT (args->>'global_sequence')::bigint, coalesce((args->>'late')::boolean, false) FROM river_job WHERE kind = $1`, pool)
-	require.NoError(t, err)
-	counts, late := map[int64]int{}, map[int64]bool{}
-	for rows.Next() {
-		var seq int64
-		var l bool
-		require.NoError(t, rows.Scan(&seq, &l))
-		counts[seq]++
-		late[seq] = late[seq] || l
-	}
-	require.NoError(t, rows.Err())
-	return counts, late
-}
-
-func horizon(t *testing.T, db *pgxpool.Pool) *engine.HorizonStatus {
-	t.Helper()
-	h, err := engine.GetHorizon(context.Background(), db)
-	require.NoError(t, err)
-	return h
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func pass(t *testing.T, f *engine.Fanout) engine.PassResult {
-	t.Helper()
-	res, err := f.Pass(context.Background())
-	require.NoError(t, err)
-	return res
-}
+const insertEvent = fanouttest.InsertEvent
 
 func TestOutOfOrderCommit(t *testing.T) {
 	t.Parallel()
@@ -182,19 +86,22 @@ func TestInFlightGapHeld(t *testing.T) {
 	b := setup(t)
 	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
 	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour, GapCheckInterval: 5 * time.Millisecond})
+	s := fanouttest.InitSignals(t, f)
 	runFanout(t, f)
 
 	before := appendEvent(t, b.db, "before")
-	eventually(t, 10*time.Second, "event before the hole fanned out", func() bool {
-		c, _ := jobs(t, b.db, "pp")
-		return c[before] == 1
+	s.Pools.TestSignals.BatchDone.WaitFor("event before the hole fanned out", func(r fanout.BatchResult) bool {
+		return r.Cursor >= before
 	})
 	txA, n := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "after")
 
 	// Give the fan-out many rounds (at 5 ms each) to misbehave.
-	eventually(t, 10*time.Second, "the gap recorded", func() bool { return horizon(t, b.db).OpenGaps == 1 })
-	time.Sleep(300 * time.Millisecond)
+	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r hz.RoundResult) bool { return r.Holding })
+	require.Equal(t, int64(1), horizon(t, b.db).OpenGaps)
+	for range 20 {
+		require.True(t, s.Horizon.TestSignals.RoundDone.WaitOrTimeout().Holding)
+	}
 	h := horizon(t, b.db)
 	require.Equal(t, before, h.Horizon)
 	require.Zero(t, h.GapsSkipped)
@@ -291,7 +198,8 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
-	f := newFanout(t, b.db, fanout.Config{GapTimeout: 700 * time.Millisecond})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
+	clock := fanouttest.Clock(f)
 
 	pinned, err := b.db.Begin(ctx)
 	require.NoError(t, err)
@@ -306,14 +214,18 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 	pass(t, f) // records the gap
 	require.NoError(t, txA.Rollback(ctx))
 
-	start := time.Now()
 	pass(t, f)
 	require.Equal(t, n-1, horizon(t, b.db).Horizon, "the pinned xid must keep the proof from passing")
+	clock.Advance(59 * time.Minute)
+	pass(t, f)
+	require.Equal(t, n-1, horizon(t, b.db).Horizon, "held until the gap timeout")
+	require.Zero(t, f.Stats().GapsSkipped)
+	clock.Advance(time.Minute)
+	s := fanouttest.InitSignals(t, f)
 	runFanout(t, f)
-	eventually(t, 10*time.Second, "gap skipped by timeout", func() bool { return horizon(t, b.db).Horizon >= after })
-	require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond)
-	// The round commits before Run's goroutine counts it: wait for the count.
-	eventually(t, 5*time.Second, "skip counted", func() bool { return f.Stats().GapsSkipped == 1 })
+	s.Horizon.TestSignals.RoundDone.WaitFor("gap skipped by timeout", func(r hz.RoundResult) bool { return r.Skipped > 0 })
+	require.GreaterOrEqual(t, horizon(t, b.db).Horizon, after)
+	require.Equal(t, int64(1), f.Stats().GapsSkipped, "the round is counted before its signal")
 
 	h := horizon(t, b.db)
 	require.Equal(t, int64(1), h.GapsSkipped)
@@ -322,7 +234,8 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 
 	require.NoError(t, pinned.Rollback(ctx))
 	appendEvent(t, b.db, "wake")
-	eventually(t, 10*time.Second, "skipped sequence forgotten", func() bool { return horizon(t, b.db).Watching == 0 })
+	s.Horizon.TestSignals.RoundDone.WaitFor("skipped sequence forgotten", func(r hz.RoundResult) bool { return r.Forgotten > 0 })
+	require.Zero(t, horizon(t, b.db).Watching)
 	// The pool is fanned out in a loop of its own, after the horizon moved.
 	eventually(t, 10*time.Second, "the pool's job", func() bool {
 		c, _ := jobs(t, b.db, "pp")
@@ -340,11 +253,15 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	createPool(t, b.db, bustype.PoolParams{Name: "pa"})
 	createPool(t, b.db, bustype.PoolParams{Name: "pb"})
 	createPool(t, b.db, bustype.PoolParams{Name: "other-type", EventTypes: []string{"nope"}})
-	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour, GapCheckInterval: 5 * time.Millisecond})
+	clock := fanouttest.Clock(f)
+	s := fanouttest.InitSignals(t, f)
 	runFanout(t, f)
 
 	txA, n := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "after")
+	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r hz.RoundResult) bool { return r.Holding })
+	clock.Advance(time.Hour)
 	eventually(t, 10*time.Second, "gap skipped and later event delivered", func() bool {
 		ca, _ := jobs(t, b.db, "pa")
 		cb, _ := jobs(t, b.db, "pb")
@@ -358,7 +275,8 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 		cb, _ := jobs(t, b.db, "pb")
 		return ca[n] == 1 && cb[n] == 1
 	})
-	eventually(t, 10*time.Second, "late record retired", func() bool {
+	s.Retirer.TestSignals.Retired.WaitFor("late record retired", func(n int64) bool { return n > 0 })
+	eventually(t, 10*time.Second, "skipped range forgotten", func() bool {
 		var left int
 		require.NoError(t, b.db.QueryRow(ctx, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)").Scan(&left))
 		return left == 0
@@ -392,11 +310,15 @@ func TestLateEventBeforeResetPointNotDelivered(t *testing.T) {
 	b := setup(t)
 	createPool(t, b.db, bustype.PoolParams{Name: "kept"})
 	createPool(t, b.db, bustype.PoolParams{Name: "moved"})
-	f := newFanout(t, b.db, fanout.Config{GapTimeout: 300 * time.Millisecond})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour, GapCheckInterval: 5 * time.Millisecond})
+	clock := fanouttest.Clock(f)
+	s := fanouttest.InitSignals(t, f)
 	runFanout(t, f)
 
 	txA, n := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "after")
+	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r hz.RoundResult) bool { return r.Holding })
+	clock.Advance(time.Hour)
 	eventually(t, 10*time.Second, "gap skipped and later event delivered", func() bool {
 		ck, _ := jobs(t, b.db, "kept")
 		cm, _ := jobs(t, b.db, "moved")
@@ -817,14 +739,15 @@ func TestLateEventRetiredWhenLaggingPoolReadsItNormally(t *testing.T) {
 	b := setup(t)
 	createPool(t, b.db, bustype.PoolParams{Name: "ahead"})
 	createPool(t, b.db, bustype.PoolParams{Name: "behind"})
-	f := newFanout(t, b.db, fanout.Config{GapTimeout: 100 * time.Millisecond})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
+	clock := fanouttest.Clock(f)
 
 	_, _, err := pools.SetStatus(ctx, b.db, "behind", bustype.PoolPaused)
 	require.NoError(t, err)
 	txA, n := openWriter(t, b.db)
 	after := appendEvent(t, b.db, "after")
 	pass(t, f) // records the gap at n
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(time.Hour)
 	pass(t, f) // skips n, "ahead" gets after
 	require.NoError(t, txA.Commit(ctx))
 	pass(t, f) // n is late: "ahead" gets it late; "behind" is paused
@@ -879,7 +802,7 @@ func TestLaneLockYieldsToMultiBucketRelease(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for horizon(t, b.db).Horizon < 2 {
-		_, err := engine.AdvanceHorizon(ctx, b.db, time.Second, 100)
+		_, err := hz.Advance(ctx, b.db, hz.RoundParams{GapTimeout: time.Second, PageSize: 100})
 		require.NoError(t, err)
 	}
 

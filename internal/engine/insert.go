@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/lanes"
 )
 
 // The general path's insert. Each unit's envelope is encoded here, one by
@@ -66,7 +67,7 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 			j.args = args
 		}
 		if ordered {
-			j.lane, _ = json.Marshal(map[string]string{"riverbus_lane": u.lane})
+			j.lane = lanes.Metadata(u.lane)
 		}
 		jobs[i] = j
 	}
@@ -119,53 +120,26 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 	return dead, nil
 }
 
-// busyLanes takes the locks of the units' lanes (see lockLanes)
-// and returns the lanes that have a job in flight or, in a pool that blocks
-// on dead letters, a dead letter.
+// busyLanes takes the locks of the units' lanes and returns those that
+// are busy (lanes.Busy).
 func busyLanes(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) (map[string]bool, error) {
-	lanes := make([]string, 0, len(units))
+	ls := make([]string, 0, len(units))
 	for _, u := range units {
-		lanes = append(lanes, u.lane)
+		ls = append(ls, u.lane)
 	}
-	slices.Sort(lanes)
-	lanes = slices.Compact(lanes)
-	if err := lockLanes(ctx, tx, p.name, lanes); err != nil {
-		return nil, err
-	}
-	// A new statement, after the locks: it sees every release that
-	// committed before them.
-	rows, err := tx.Query(ctx, sqlBusyLanes, p.name, lanes, p.onDeadLetter == bustype.DeadLetterBlock)
-	if err != nil {
-		return nil, fmt.Errorf("read busy lanes: %w", err)
-	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read busy lanes: %w", err)
-	}
-	busy := make(map[string]bool, len(held))
-	for _, l := range held {
-		busy[l] = true
-	}
-	return busy, nil
+	return lanes.Busy(ctx, tx, p.name, ls, p.onDeadLetter == bustype.DeadLetterBlock)
 }
 
 // decidePending makes a job pending when its lane already has one in flight
-// before it. A dead letter holds its lane in a pool that blocks on dead
-// letters, and not in one that releases.
+// before it (lanes.Decider).
 func decidePending(p *lockedPool, jobs []*job, held map[string]bool) {
-	busy := make(map[string]bool, len(held))
-	for l := range held {
-		busy[l] = true
-	}
+	d := lanes.NewDecider(held, p.onDeadLetter == bustype.DeadLetterBlock)
 	for _, j := range jobs {
 		if j.args == nil {
-			if p.onDeadLetter == bustype.DeadLetterBlock {
-				busy[j.u.lane] = true
-			}
+			d.DeadLetter(j.u.lane)
 			continue
 		}
-		j.pending = busy[j.u.lane]
-		busy[j.u.lane] = true
+		j.pending = d.Job(j.u.lane)
 	}
 }
 

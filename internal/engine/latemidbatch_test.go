@@ -13,6 +13,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/fanouttest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 )
@@ -57,8 +58,9 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 	fdb, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer fdb.Close()
-	f, err := engine.New(fdb, &fanout.Config{GapTimeout: 100 * time.Millisecond})
+	f, err := engine.New(fdb, &fanout.Config{GapTimeout: time.Hour})
 	require.NoError(t, err)
+	clock := fanouttest.Clock(f)
 
 	a, err := db.Begin(ctx)
 	require.NoError(t, err)
@@ -68,7 +70,7 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}') RETURNING global_sequence`).Scan(&y))
 	_, err = f.Pass(ctx) // records the gap at x
 	require.NoError(t, err)
-	time.Sleep(200 * time.Millisecond)
+	clock.Advance(time.Hour)                                       // past the gap timeout
 	tr.onEventsRead = func() { require.NoError(t, a.Commit(ctx)) } // x commits right after the batch read (cursor, H]
 	_, err = f.Pass(ctx)                                           // skips x, fans out y
 	require.NoError(t, err)
@@ -76,8 +78,7 @@ func TestLateEventCommittedMidBatch(t *testing.T) {
 		_, err = f.Pass(ctx)
 		require.NoError(t, err)
 	}
-	h, err := engine.GetHorizon(ctx, db)
-	require.NoError(t, err)
+	h := horizon(t, db)
 	t.Logf("x=%d y=%d horizon=%+v", x, y, h)
 	rows, err := db.Query(ctx, `SELECT (args->>'global_sequence')::bigint FROM river_job WHERE kind = 'pp' ORDER BY 1`)
 	require.NoError(t, err)

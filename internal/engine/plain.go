@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/database"
 )
 
 // The plain path: a pool with no ordering, no grouping, and no late event
@@ -138,7 +139,7 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.Batch
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(sqlTxSettings)
+	b.Queue(database.TxSettingsSQL)
 	var locked, applied bool
 	var cursor *int64
 	var notified int64

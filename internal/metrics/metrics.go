@@ -17,7 +17,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/horizon"
 )
 
 // Namespace is the prefix of every riverbus metric.
@@ -151,8 +151,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descGapsSkipped, prometheus.CounterValue, float64(s.GapsSkipped))
 	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.LateEvents))
 	// Every problem, 0 included, so an alert's series never vanishes.
-	for _, code := range engine.ProblemCodes {
-		v, blocks := 0.0, engine.ProblemBlocks(code)
+	for _, code := range horizon.ProblemCodes {
+		v, blocks := 0.0, horizon.ProblemBlocks(code)
 		for _, p := range s.Problems {
 			if p.Code == code {
 				v = 1

@@ -1,4 +1,4 @@
-package workers
+package lanes
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// LaneHandoff is River worker middleware for ordered pools. When a job of
+// Handoff is River worker middleware for ordered pools. When a job of
 // an ordered pool (one whose metadata names a lane) succeeds, it completes
 // the job at once in a transaction of its own, and the database trigger
 // hands the lane to the next job in that same transaction. Without it the
@@ -29,27 +29,27 @@ import (
 // immediate completion at all a single key would wait for River's
 // completer at every hand-off.
 //
-// ClientConfig installs it. Jobs of unordered pools pass through untouched.
-type LaneHandoff struct {
+// workers.ClientConfig installs it. Jobs of unordered pools pass through untouched.
+type Handoff struct {
 	river.MiddlewareDefaults
 	inFlight atomic.Int64
 }
 
-// LaneHandoffBusy is how many lane jobs may be in flight in one process
-// for LaneHandoff to complete one itself; above it, River's batched
-// completer does.
-const LaneHandoffBusy = 1
+// handoffBusy is how many lane jobs may be in flight in one process for
+// Handoff to complete one itself; above it, River's batched completer
+// does.
+const handoffBusy = 1
 
 type handoffArgs struct{}
 
 func (handoffArgs) Kind() string { return "" }
 
 // Work runs the job and, for a lane job that succeeded, completes it now.
-func (m *LaneHandoff) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+func (m *Handoff) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 	if !hasLane(job.Metadata) {
 		return doInner(ctx)
 	}
-	busy := m.inFlight.Add(1) > LaneHandoffBusy
+	busy := m.inFlight.Add(1) > handoffBusy
 	defer m.inFlight.Add(-1)
 	if err := doInner(ctx); err != nil || busy {
 		return err
@@ -74,4 +74,4 @@ func (m *LaneHandoff) Work(ctx context.Context, job *rivertype.JobRow, doInner f
 
 // hasLane reports whether job metadata names an ordering lane (a cheap text
 // test: the key appears in the JSON only as the lane's key).
-func hasLane(metadata []byte) bool { return bytes.Contains(metadata, []byte(`"riverbus_lane"`)) }
+func hasLane(metadata []byte) bool { return bytes.Contains(metadata, []byte(`"`+MetadataKey+`"`)) }

@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/internal/service"
+)
+
+// CheckpointAdvancerConfig is the checkpoint advancer's configuration.
+type CheckpointAdvancerConfig struct {
+	// Interval is how often the checkpoints advance; it must be positive.
+	Interval time.Duration
+	// Logger receives its failures.
+	Logger *slog.Logger
+}
+
+// CheckpointAdvancer advances every pool's checkpoint
+// (checkpoints.AdvanceAll) each interval.
+type CheckpointAdvancer struct {
+	db  *pgxpool.Pool
+	cfg CheckpointAdvancerConfig
+
+	// TestSignals lets tests wait for what Run did.
+	TestSignals CheckpointAdvancerTestSignals
+}
+
+// CheckpointAdvancerTestSignals are the checkpoint advancer's test signals.
+type CheckpointAdvancerTestSignals struct {
+	// Advanced receives the checkpoints, by pool, of every advance that
+	// succeeded.
+	Advanced service.TestSignal[map[string]int64]
+}
+
+// Init makes every signal record values; tests only, before Run.
+func (ts *CheckpointAdvancerTestSignals) Init(tb service.TB) { ts.Advanced.Init(tb) }
+
+// NewCheckpointAdvancer validates cfg and returns a checkpoint advancer
+// over db.
+func NewCheckpointAdvancer(db *pgxpool.Pool, cfg *CheckpointAdvancerConfig) (*CheckpointAdvancer, error) {
+	c := *cfg
+	if c.Interval <= 0 {
+		return nil, fmt.Errorf("checkpoint advancer: interval must be positive, got %s", c.Interval)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &CheckpointAdvancer{db: db, cfg: c}, nil
+}
+
+// Run advances every pool's checkpoint each interval until ctx ends, then
+// returns nil. A failure is logged once, and again when advancing works
+// again; it is retried at the next interval.
+func (a *CheckpointAdvancer) Run(ctx context.Context) error {
+	ticker := time.NewTicker(a.cfg.Interval)
+	defer ticker.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		cps, err := checkpoints.AdvanceAll(ctx, a.db)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			a.cfg.Logger.Warn("checkpoint advancer: advancing failed; will retry", "error", err)
+			failing = true
+		case err == nil && failing:
+			a.cfg.Logger.Info("checkpoint advancer: advancing again")
+			failing = false
+		}
+		if err == nil {
+			a.TestSignals.Advanced.Signal(cps)
+		}
+	}
+}

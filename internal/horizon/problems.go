@@ -1,0 +1,157 @@
+package horizon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/riverbus/riverbus/internal/database"
+)
+
+// Problem codes: what breaks the gap proof's assumptions (doc.go, "What
+// the proof assumes").
+const (
+	ProblemSequenceCache         = "sequence_cache"
+	ProblemSequenceIncrement     = "sequence_increment"
+	ProblemSequenceCycle         = "sequence_cycle"
+	ProblemSequenceBelowHorizon  = "sequence_below_horizon"
+	ProblemAssignTriggerMissing  = "assign_trigger_missing"
+	ProblemAssignTriggerDisabled = "assign_trigger_disabled"
+	ProblemAssignTriggerChanged  = "assign_trigger_changed"
+	ProblemNotifyTriggerMissing  = "notify_trigger_missing"
+)
+
+// ProblemCodes lists every problem code, for metrics that report each.
+var ProblemCodes = []string{
+	ProblemAssignTriggerChanged, ProblemAssignTriggerDisabled, ProblemAssignTriggerMissing,
+	ProblemNotifyTriggerMissing, ProblemSequenceBelowHorizon, ProblemSequenceCache,
+	ProblemSequenceCycle, ProblemSequenceIncrement,
+}
+
+// Problem is a broken assumption of the gap proof.
+type Problem struct {
+	// Code is one of the Problem* constants.
+	Code string `json:"code"`
+	// Message says what is wrong and what riverbus does about it.
+	Message string `json:"message"`
+	// Detail is what the database showed (the cache size, say).
+	Detail string `json:"detail"`
+	// Fix is what an operator runs to repair it.
+	Fix string `json:"fix"`
+	// Blocks: while it holds, the horizon proves and skips nothing (it
+	// only passes contiguous committed events, and not even those when the
+	// sequence is below the horizon).
+	Blocks bool `json:"blocks"`
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("%s (%s): %s Fix: %s", p.Code, p.Detail, p.Message, p.Fix)
+}
+
+var problemTexts = map[string]struct {
+	message, fix string
+	blocks       bool
+}{
+	ProblemSequenceCache: {"riverbus_event_global_sequence caches numbers per session, so a missing number says nothing about when it was handed out; the horizon proves and skips no gap.",
+		"ALTER SEQUENCE riverbus_event_global_sequence CACHE 1; then end the sessions that appended since the change (they may hold cached numbers)", true},
+	ProblemSequenceIncrement: {"riverbus_event_global_sequence does not count by 1; the horizon proves and skips no gap.",
+		"ALTER SEQUENCE riverbus_event_global_sequence INCREMENT BY 1", true},
+	ProblemSequenceCycle: {"riverbus_event_global_sequence may cycle back below the horizon; the horizon proves and skips no gap.",
+		"ALTER SEQUENCE riverbus_event_global_sequence NO CYCLE", true},
+	ProblemSequenceBelowHorizon: {"riverbus_event_global_sequence hands out numbers at or below the horizon (setval backwards, or a damaged horizon): no pool reads events numbered there; the horizon does not move.",
+		"SELECT setval('riverbus_event_global_sequence', greatest((SELECT max(global_sequence) FROM riverbus_event), (SELECT horizon FROM riverbus_horizon))); " +
+			"events appended meanwhile are at or below the horizon: redeliver them with riverbus pool reset (README, \"What riverbus requires of the sequence\")", true},
+	ProblemAssignTriggerMissing: {"riverbus_event has no trigger riverbus_event_assign: inserters choose the sequence and transaction id; the horizon proves and skips no gap.",
+		"run riverbus migrate on a database where the trigger exists, or recreate it as migration 001 does", true},
+	ProblemAssignTriggerDisabled: {"the trigger riverbus_event_assign is disabled: inserters choose the sequence and transaction id; the horizon proves and skips no gap.",
+		"ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_assign", true},
+	ProblemAssignTriggerChanged: {"the trigger riverbus_event_assign or its function is not the one riverbus created: the order xid-then-sequence is not guaranteed; the horizon proves and skips no gap.",
+		"restore riverbus_event_assign() and its trigger as migration 001 creates them", true},
+	ProblemNotifyTriggerMissing: {"riverbus_event has no enabled trigger riverbus_event_notify: new events wait for the poll interval (no effect on correctness).",
+		"ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_notify, or recreate it as migration 001 does", false},
+}
+
+// ProblemBlocks reports whether the problem with code holds the horizon
+// (every one but a missing notify trigger, and any code this version does
+// not know).
+func ProblemBlocks(code string) bool {
+	t, ok := problemTexts[code]
+	return !ok || t.blocks
+}
+
+func problems(codes, details []string) []Problem {
+	if len(codes) == 0 {
+		return nil
+	}
+	out := make([]Problem, len(codes))
+	for i, c := range codes {
+		t, ok := problemTexts[c]
+		if !ok {
+			t.message, t.blocks = "unknown problem", true
+		}
+		out[i] = Problem{Code: c, Detail: details[i], Message: t.message, Fix: t.fix, Blocks: t.blocks}
+	}
+	return out
+}
+
+// CheckAssumptions reports what breaks the assumptions of the gap proof:
+// the sequence's cache, increment and cycle settings, its next number
+// against the horizon, and the assign and notify triggers of
+// riverbus_event. Empty when every one holds. Each horizon round runs the
+// same check; this is for status pages and monitoring.
+func CheckAssumptions(ctx context.Context, db database.DB) ([]Problem, error) {
+	rows, err := db.Query(ctx, sqlAssumptionsList)
+	if err != nil {
+		return nil, fmt.Errorf("check assumptions: %w", err)
+	}
+	var codes, details []string
+	var code, detail string
+	_, err = pgx.ForEachRow(rows, []any{&code, &detail}, func() error {
+		codes, details = append(codes, code), append(details, detail)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check assumptions: %w", err)
+	}
+	return problems(codes, details), nil
+}
+
+// problemLog logs the broken assumptions a round saw at ERROR: at once when
+// the set of problems changes, then again every problemLogInterval while it
+// lasts, and once at INFO when they are gone.
+type problemLog struct {
+	mu   sync.Mutex
+	last string
+	at   time.Time
+}
+
+const problemLogInterval = time.Minute
+
+func (l *problemLog) log(logger *slog.Logger, ps []Problem) {
+	codes := make([]string, len(ps))
+	for i, p := range ps {
+		codes[i] = p.Code
+	}
+	key := strings.Join(codes, ",")
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if key == l.last && (key == "" || time.Since(l.at) < problemLogInterval) {
+		return
+	}
+	if key == "" {
+		logger.Info("the gap proof's assumptions hold again; the horizon proves and skips gaps again", "was", l.last)
+	}
+	l.last, l.at = key, time.Now()
+	for _, p := range ps {
+		msg := "horizon: an assumption of the gap proof is broken"
+		if p.Blocks {
+			msg += "; the horizon proves and skips no gap until it is fixed"
+		}
+		logger.Error(msg, "problem", p.Code, "detail", p.Detail, "what", p.Message, "fix", p.Fix)
+	}
+}

@@ -1,0 +1,274 @@
+package horizon
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/internal/service"
+)
+
+// PageSizeDefault is the default of Config.PageSize.
+const PageSizeDefault = 10_000
+
+// Config is the horizon service's configuration. Zero durations are
+// errors for the caller to catch; the fan-out fills them from its own
+// configuration.
+type Config struct {
+	// GapTimeout is how long a gap may stay open before it is skipped.
+	GapTimeout time.Duration
+	// GapCheckInterval is how soon a round runs again while the horizon
+	// waits at a gap (this instance's or another's).
+	GapCheckInterval time.Duration
+	// PollInterval is how soon a round runs again when nothing woke it.
+	PollInterval time.Duration
+	// PageSize is how many visible sequences one round reads (0:
+	// PageSizeDefault).
+	PageSize int
+	// Logger receives the rounds' warnings and the broken assumptions.
+	Logger *slog.Logger
+	// OnRoundFunc, when set, is called after every round this instance
+	// ran (Locked), from the goroutine that ran it: the fan-out counts the
+	// round there and wakes the pools and the late-event retirer.
+	OnRoundFunc func(RoundResult)
+}
+
+// Service runs horizon rounds in a loop (Run), and single rounds for the
+// fan-out's Pass (Round). Any number of instances may run against one
+// database; one round at a time runs, the others skip theirs.
+type Service struct {
+	db  *pgxpool.Pool
+	cfg Config
+
+	wake chan struct{}
+	// ownPIDs are the backends that ran this instance's rounds: their
+	// riverbus_horizon notifications need not wake it.
+	ownPIDs    sync.Map
+	problemLog problemLog
+	clock      atomic.Pointer[Clock]
+
+	// TestSignals lets tests wait for what Run did.
+	TestSignals TestSignals
+}
+
+// TestSignals are the horizon service's test signals.
+type TestSignals struct {
+	// RoundDone receives the result of every round Run completes.
+	RoundDone service.TestSignal[RoundResult]
+}
+
+// Init makes every signal record values; tests only, before Run.
+func (ts *TestSignals) Init(tb service.TB) { ts.RoundDone.Init(tb) }
+
+// NewService returns a horizon service over db.
+func NewService(db *pgxpool.Pool, cfg *Config) *Service {
+	c := *cfg
+	c.PageSize = cmp.Or(c.PageSize, PageSizeDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &Service{db: db, cfg: c, wake: service.NewWake()}
+}
+
+// Wake asks Run for a round now.
+func (s *Service) Wake() { service.Wake(s.wake) }
+
+// OwnRound reports whether the backend with pid ran one of this instance's
+// rounds (the sender of a riverbus_horizon notification, say).
+func (s *Service) OwnRound(pid uint32) bool {
+	_, own := s.ownPIDs.Load(pid)
+	return own
+}
+
+// UseClock makes the rounds measure gap ages by c, from now on (nil: the
+// database's clock alone). Tests only.
+func (s *Service) UseClock(c *Clock) { s.clock.Store(c) }
+
+// Round runs one round, logs what it found and reports it to OnRoundFunc.
+func (s *Service) Round(ctx context.Context) (RoundResult, error) {
+	res, err := Advance(ctx, s.db, RoundParams{
+		GapTimeout: s.cfg.GapTimeout, PageSize: s.cfg.PageSize, AgeShift: s.clock.Load().Shift(),
+	})
+	if err != nil {
+		return res, err
+	}
+	if res.pid != 0 {
+		s.ownPIDs.Store(res.pid, struct{}{})
+	}
+	if !res.Locked {
+		return res, nil
+	}
+	s.problemLog.log(s.cfg.Logger, res.Problems)
+	if res.Skipped > 0 {
+		s.cfg.Logger.Warn("gap timeout: horizon skipped missing sequences; they are watched and will be delivered late if they commit",
+			"count", res.Skipped, "horizon", res.Horizon, "gap_timeout", s.cfg.GapTimeout)
+	}
+	if res.Late > 0 {
+		s.cfg.Logger.Warn("late events: skipped sequences committed after their gap timed out; delivering them to pools that passed them",
+			"count", res.Late)
+	}
+	if res.ProvenDead > 0 {
+		s.cfg.Logger.Debug("gap proven rolled back", "sequences", res.ProvenDead, "horizon", res.Horizon)
+	}
+	if s.cfg.OnRoundFunc != nil {
+		s.cfg.OnRoundFunc(res)
+	}
+	return res, nil
+}
+
+// Run advances the horizon until ctx ends, then returns nil: at once again
+// while a round moves a full page, soon (GapCheckInterval) while it waits
+// at a gap, else when woken or at the poll interval. Its errors are logged
+// and retried with a backoff of its own.
+func (s *Service) Run(ctx context.Context) error {
+	backoff := time.Duration(0)
+	for {
+		round, err := s.Round(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			s.TestSignals.RoundDone.Signal(round)
+		}
+		var wait time.Duration
+		switch {
+		case err != nil:
+			backoff = service.NextBackoff(backoff)
+			wait = service.Jitter(backoff)
+			s.cfg.Logger.Error("horizon round failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+		case round.More && round.Moved:
+			backoff = 0
+			continue
+		case !round.Locked || round.Holding:
+			// Another instance holds the horizon (it may wait at a gap),
+			// or this one waits at a gap.
+			backoff = 0
+			wait = s.cfg.GapCheckInterval
+		default:
+			backoff = 0
+			wait = s.cfg.PollInterval
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-s.wake:
+			timer.Stop()
+			if err != nil {
+				// Still wait out the backoff, but no longer than needed.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// Retirer retires late events that every pool has handled
+// (RetireLateEvents) whenever it is woken: by a round that found late
+// events or saw some pending, and by a batch that delivered late events.
+// While a late record is left every round wakes it again: a pool that
+// lagged behind handles the event on its normal path, which signals no
+// late delivery.
+type Retirer struct {
+	db     *pgxpool.Pool
+	logger *slog.Logger
+	wake   chan struct{}
+
+	// TestSignals lets tests wait for what Run did.
+	TestSignals RetirerTestSignals
+}
+
+// RetirerConfig is the late-event retirer's configuration.
+type RetirerConfig struct {
+	// Logger receives its failures.
+	Logger *slog.Logger
+}
+
+// RetirerTestSignals are the late-event retirer's test signals.
+type RetirerTestSignals struct {
+	// Retired receives how many late events each retirement retired.
+	Retired service.TestSignal[int64]
+}
+
+// Init makes every signal record values; tests only, before Run.
+func (ts *RetirerTestSignals) Init(tb service.TB) { ts.Retired.Init(tb) }
+
+// NewRetirer returns a late-event retirer over db.
+func NewRetirer(db *pgxpool.Pool, cfg *RetirerConfig) *Retirer {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Retirer{db: db, logger: logger, wake: service.NewWake()}
+}
+
+// Wake asks Run for a retirement.
+func (r *Retirer) Wake() { service.Wake(r.wake) }
+
+// WakeAfter wakes the retirer when round found late events or saw some
+// not yet retired.
+func (r *Retirer) WakeAfter(round RoundResult) {
+	if round.Late > 0 || round.LatePending > 0 {
+		r.Wake()
+	}
+}
+
+// Run retires late events each time it is woken, until ctx ends; then it
+// returns nil. A failure is logged and retried with a backoff of its own.
+func (r *Retirer) Run(ctx context.Context) error {
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		}
+		for {
+			n, err := RetireLateEvents(ctx, r.db)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				backoff = 0
+				r.TestSignals.Retired.Signal(n)
+				break
+			}
+			backoff = service.NextBackoff(backoff)
+			wait := service.Jitter(backoff)
+			r.logger.Error("retiring late events failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+		}
+	}
+}
+
+// Clock moves the database's clock forward for gap ages, for tests that
+// must pass a gap timeout without waiting for it (Service.UseClock). The
+// database keeps measuring: an Advance of d makes every gap d older, and a
+// gap first seen after it starts at age zero. A nil *Clock is the
+// database's clock alone.
+type Clock struct{ shift atomic.Int64 }
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) { c.shift.Add(int64(d)) }
+
+// Shift is how far the clock was moved; 0 for a nil Clock.
+func (c *Clock) Shift() time.Duration {
+	if c == nil {
+		return 0
+	}
+	return time.Duration(c.shift.Load())
+}
