@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/service"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -108,7 +109,7 @@ func (c *Client) Start(ctx context.Context) error {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
 	}
-	var services []interface{ Run(context.Context) error }
+	var services []service.Service
 	if c.fanout != nil {
 		services = append(c.fanout.Services().All(), c.advancer)
 	}

@@ -78,8 +78,8 @@ type Services struct {
 }
 
 // All returns every service, to run each in a goroutine of its own.
-func (s *Services) All() []interface{ Run(context.Context) error } {
-	return []interface{ Run(context.Context) error }{s.Listener, s.Horizon, s.Pools, s.Sweeper, s.Retirer}
+func (s *Services) All() []service.Service {
+	return []service.Service{s.Listener, s.Horizon, s.Pools, s.Sweeper, s.Retirer}
 }
 
 // New validates cfg and returns a Fanout. It does not touch the database.

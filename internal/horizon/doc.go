@@ -147,4 +147,5 @@ package horizon
 // the sequence is below the horizon the round does not move at all: the
 // new events get numbers at or below the horizon, and moving on would only
 // hide that. Service logs each problem at ERROR with its fix, and
-// CheckAssumptions, HorizonStatus.Problems, `riverbus status` and the
+// CheckAssumptions, Status.Problems, `riverbus status` and the
+// riverbus_horizon_problem metric show it.

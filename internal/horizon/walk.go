@@ -5,8 +5,6 @@ import (
 	"time"
 )
 
-// riverbus_horizon_problem metric show it.
-
 // gapRow is an open gap: a run of missing sequences just above the horizon,
 // seen while a higher sequence was visible.
 type gapRow struct {

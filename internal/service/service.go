@@ -9,9 +9,16 @@
 package service
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
+
+// Service is a long-running part of riverbus: Run blocks until ctx ends,
+// then returns nil.
+type Service interface {
+	Run(ctx context.Context) error
+}
 
 // NextBackoff doubles a failure backoff, from 100 ms to at most 10 s.
 func NextBackoff(d time.Duration) time.Duration {
