@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -127,7 +126,9 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 		GapTimeout: c.GapTimeout, GapCheckInterval: c.GapCheckInterval, PollInterval: c.PollInterval,
 		Logger: f.logger, OnRoundFunc: f.roundDone,
 	})
-	s.Pools = &PoolService{f: f, wake: service.NewWake()}
+	s.Pools = &PoolService{f: f, wake: service.NewWake(), cfg: PoolServiceConfig{
+		Workers: c.Workers, PollInterval: c.PollInterval, Logger: f.logger, OnLateFunc: s.Retirer.Wake,
+	}}
 	s.Sweeper = lanes.NewSweeper(db, &lanes.SweeperConfig{Logger: f.logger})
 	s.Listener = &Listener{f: f}
 	return f, nil
@@ -191,170 +192,6 @@ func (f *Fanout) roundDone(r horizon.RoundResult) {
 		f.services.Pools.Wake()
 	}
 	f.services.Retirer.WakeAfter(r)
-}
-
-// poolRun is what the pools' loop knows of one pool.
-type poolRun struct {
-	running   bool
-	due       bool // a batch is wanted: woken, or the last one was full or failed
-	backoff   time.Duration
-	retryAt   time.Time // after a failure, no batch before this
-	lastStart time.Time
-}
-
-type poolDone struct {
-	name string
-	res  fanout.BatchResult
-	full bool
-	err  error
-}
-
-// PoolService fans out every active pool, each on its own. Its settings
-// are the fan-out's (fanout.Config.Workers, PollInterval).
-type PoolService struct {
-	f    *Fanout
-	wake chan struct{}
-
-	// TestSignals lets tests wait for what Run did.
-	TestSignals PoolTestSignals
-}
-
-// PoolTestSignals are the pools' service's test signals.
-type PoolTestSignals struct {
-	// BatchDone receives the result of every batch Run committed (empty
-	// ones included).
-	BatchDone service.TestSignal[fanout.BatchResult]
-}
-
-// Init makes every signal record values; tests only, before Run.
-func (ts *PoolTestSignals) Init(tb service.TB) { ts.BatchDone.Init(tb) }
-
-// Wake asks Run to list the active pools again and run a batch of each.
-func (s *PoolService) Wake() { service.Wake(s.wake) }
-
-// Run fans out every active pool until ctx ends, each on its own: a batch
-// per pool at a time, at most fanout.Config.Workers batches at once, the
-// pools that waited longest first. A pool runs again at once while its
-// batches are full, and when woken (the horizon moved, a notification, the
-// poll interval). A failing pool backs off alone: the others go on at their
-// own pace, and so they do while one pool's batch is slow. A batch that
-// delivered late events wakes the late-event retirer. Run returns nil when
-// ctx ends, after the batches in flight.
-func (s *PoolService) Run(ctx context.Context) error {
-	f := s.f
-	pools := map[string]*poolRun{}
-	done := make(chan poolDone)
-	running := 0
-	refresh := true
-	var nextList time.Time
-	listBackoff := time.Duration(0)
-	for {
-		now := time.Now()
-		if refresh && ctx.Err() == nil {
-			names, err := f.activePools(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					listBackoff = service.NextBackoff(listBackoff)
-					f.logger.Error("list active pools failed; retrying", "error", err, "retry_in", listBackoff)
-				}
-				nextList = now.Add(service.Jitter(listBackoff))
-			} else {
-				listBackoff = 0
-				active := make(map[string]bool, len(names))
-				for _, n := range names {
-					active[n] = true
-					st := pools[n]
-					if st == nil {
-						st = &poolRun{}
-						pools[n] = st
-					}
-					st.due = true
-				}
-				for n, st := range pools {
-					if !active[n] && !st.running {
-						delete(pools, n)
-					}
-				}
-				nextList = now.Add(f.cfg.PollInterval)
-			}
-			refresh = false
-		}
-		if ctx.Err() == nil && running < f.cfg.Workers {
-			var ready []string
-			for n, st := range pools {
-				if st.due && !st.running && !now.Before(st.retryAt) {
-					ready = append(ready, n)
-				}
-			}
-			slices.SortFunc(ready, func(a, b string) int { return pools[a].lastStart.Compare(pools[b].lastStart) })
-			for _, n := range ready {
-				if running == f.cfg.Workers {
-					break
-				}
-				st := pools[n]
-				st.running, st.due, st.lastStart = true, false, now
-				running++
-				go func() {
-					res, full, err := f.FanOutPool(ctx, n)
-					done <- poolDone{name: n, res: res, full: full, err: err}
-				}()
-			}
-		}
-		wake := nextList
-		for _, st := range pools {
-			if st.due && !st.running && st.retryAt.After(now) && st.retryAt.Before(wake) {
-				wake = st.retryAt
-			}
-		}
-		timer := time.NewTimer(max(time.Until(wake), 0))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			for ; running > 0; running-- {
-				<-done
-			}
-			return nil
-		case d := <-done:
-			timer.Stop()
-			running--
-			st := pools[d.name]
-			st.running = false
-			switch {
-			case d.err != nil:
-				if ctx.Err() != nil {
-					continue
-				}
-				st.backoff = service.NextBackoff(st.backoff)
-				wait := service.Jitter(st.backoff)
-				st.retryAt, st.due = time.Now().Add(wait), true
-				f.logger.Error("fan-out of pool failed; retrying it", "pool", d.name, "error", d.err, "retry_in", wait.Round(time.Millisecond))
-			default:
-				st.backoff, st.retryAt = 0, time.Time{}
-				st.due = st.due || d.full
-				if d.res.Late > 0 {
-					f.services.Retirer.Wake()
-				}
-				s.TestSignals.BatchDone.Signal(d.res)
-			}
-		case <-s.wake:
-			timer.Stop()
-			refresh = true
-		case <-timer.C:
-			refresh = refresh || !time.Now().Before(nextList)
-		}
-	}
-}
-
-func (f *Fanout) activePools(ctx context.Context) ([]string, error) {
-	rows, err := f.db.Query(ctx, sqlActivePoolNames)
-	if err != nil {
-		return nil, fmt.Errorf("list active pools: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list active pools: %w", err)
-	}
-	return names, nil
 }
 
 // Listener wakes the horizon and the pools on each riverbus_event and

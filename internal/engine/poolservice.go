@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/service"
+)
+
+// poolRun is what the pools' loop knows of one pool.
+type poolRun struct {
+	running   bool
+	due       bool // a batch is wanted: woken, or the last one was full or failed
+	backoff   time.Duration
+	retryAt   time.Time // after a failure, no batch before this
+	lastStart time.Time
+}
+
+type poolDone struct {
+	name string
+	res  fanout.BatchResult
+	full bool
+	err  error
+}
+
+// PoolServiceConfig is the pools' service's configuration.
+type PoolServiceConfig struct {
+	// Workers is how many batches may run at once (fanout.Config.Workers).
+	Workers int
+	// PollInterval is how often the active pools are listed and each gets
+	// a batch when nothing woke the service (fanout.Config.PollInterval).
+	PollInterval time.Duration
+	// Logger receives the failures.
+	Logger *slog.Logger
+	// OnLateFunc, when set, is called after a batch delivered late
+	// events: the late-event retirer may now retire them.
+	OnLateFunc func()
+}
+
+// PoolService fans out every active pool, each on its own, one batch at a
+// time per pool (Fanout.FanOutPool).
+type PoolService struct {
+	f    *Fanout
+	cfg  PoolServiceConfig
+	wake chan struct{}
+
+	// TestSignals lets tests wait for what Run did.
+	TestSignals PoolTestSignals
+}
+
+// PoolTestSignals are the pools' service's test signals.
+type PoolTestSignals struct {
+	// BatchDone receives the result of every batch Run committed (empty
+	// ones included).
+	BatchDone service.TestSignal[fanout.BatchResult]
+}
+
+// Init makes every signal record values; tests only, before Run.
+func (ts *PoolTestSignals) Init(tb service.TB) { ts.BatchDone.Init(tb) }
+
+// Wake asks Run to list the active pools again and run a batch of each.
+func (s *PoolService) Wake() { service.Wake(s.wake) }
+
+// Run fans out every active pool until ctx ends, each on its own: a batch
+// per pool at a time, at most fanout.Config.Workers batches at once, the
+// pools that waited longest first. A pool runs again at once while its
+// batches are full, and when woken (the horizon moved, a notification, the
+// poll interval). A failing pool backs off alone: the others go on at their
+// own pace, and so they do while one pool's batch is slow. A batch that
+// delivered late events wakes the late-event retirer. Run returns nil when
+// ctx ends, after the batches in flight.
+func (s *PoolService) Run(ctx context.Context) error {
+	pools := map[string]*poolRun{}
+	done := make(chan poolDone)
+	running := 0
+	refresh := true
+	var nextList time.Time
+	listBackoff := time.Duration(0)
+	for {
+		now := time.Now()
+		if refresh && ctx.Err() == nil {
+			names, err := s.f.activePools(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					listBackoff = service.NextBackoff(listBackoff)
+					s.cfg.Logger.Error("list active pools failed; retrying", "error", err, "retry_in", listBackoff)
+				}
+				nextList = now.Add(service.Jitter(listBackoff))
+			} else {
+				listBackoff = 0
+				active := make(map[string]bool, len(names))
+				for _, n := range names {
+					active[n] = true
+					st := pools[n]
+					if st == nil {
+						st = &poolRun{}
+						pools[n] = st
+					}
+					st.due = true
+				}
+				for n, st := range pools {
+					if !active[n] && !st.running {
+						delete(pools, n)
+					}
+				}
+				nextList = now.Add(s.cfg.PollInterval)
+			}
+			refresh = false
+		}
+		if ctx.Err() == nil && running < s.cfg.Workers {
+			var ready []string
+			for n, st := range pools {
+				if st.due && !st.running && !now.Before(st.retryAt) {
+					ready = append(ready, n)
+				}
+			}
+			slices.SortFunc(ready, func(a, b string) int { return pools[a].lastStart.Compare(pools[b].lastStart) })
+			for _, n := range ready {
+				if running == s.cfg.Workers {
+					break
+				}
+				st := pools[n]
+				st.running, st.due, st.lastStart = true, false, now
+				running++
+				go func() {
+					res, full, err := s.f.FanOutPool(ctx, n)
+					done <- poolDone{name: n, res: res, full: full, err: err}
+				}()
+			}
+		}
+		wake := nextList
+		for _, st := range pools {
+			if st.due && !st.running && st.retryAt.After(now) && st.retryAt.Before(wake) {
+				wake = st.retryAt
+			}
+		}
+		timer := time.NewTimer(max(time.Until(wake), 0))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			for ; running > 0; running-- {
+				<-done
+			}
+			return nil
+		case d := <-done:
+			timer.Stop()
+			running--
+			st := pools[d.name]
+			st.running = false
+			switch {
+			case d.err != nil:
+				if ctx.Err() != nil {
+					continue
+				}
+				st.backoff = service.NextBackoff(st.backoff)
+				wait := service.Jitter(st.backoff)
+				st.retryAt, st.due = time.Now().Add(wait), true
+				s.cfg.Logger.Error("fan-out of pool failed; retrying it", "pool", d.name, "error", d.err, "retry_in", wait.Round(time.Millisecond))
+			default:
+				st.backoff, st.retryAt = 0, time.Time{}
+				st.due = st.due || d.full
+				if d.res.Late > 0 && s.cfg.OnLateFunc != nil {
+					s.cfg.OnLateFunc()
+				}
+				s.TestSignals.BatchDone.Signal(d.res)
+			}
+		case <-s.wake:
+			timer.Stop()
+			refresh = true
+		case <-timer.C:
+			refresh = refresh || !time.Now().Before(nextList)
+		}
+	}
+}
+
+func (f *Fanout) activePools(ctx context.Context) ([]string, error) {
+	rows, err := f.db.Query(ctx, sqlActivePoolNames)
+	if err != nil {
+		return nil, fmt.Errorf("list active pools: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list active pools: %w", err)
+	}
+	return names, nil
+}
