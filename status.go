@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/checkpoints"
@@ -89,7 +88,7 @@ type StatusPool struct {
 	LateEventsDelivered int64 `json:"late_events_delivered_total"`
 	// Jobs counts the pool's River jobs by state; states without jobs are
 	// absent.
-	Jobs map[rivertype.JobState]int64 `json:"jobs_by_state"`
+	Jobs map[bustype.JobState]int64 `json:"jobs_by_state"`
 	// DeadLetters counts the pool's dead letters; UndeliverableDeadLetters
 	// those of them made of events the fan-out could not turn into jobs.
 	DeadLetters              int64 `json:"dead_letters"`
@@ -110,9 +109,9 @@ type StatusPool struct {
 // StatusJob is a job in a Status: one holding a checkpoint, or what blocks
 // its lane.
 type StatusJob struct {
-	JobID          int64              `json:"job_id"`
-	GlobalSequence int64              `json:"global_sequence"`
-	State          rivertype.JobState `json:"state"`
+	JobID          int64            `json:"job_id"`
+	GlobalSequence int64            `json:"global_sequence"`
+	State          bustype.JobState `json:"state"`
 	// DeadLetter: River discarded the job after its last attempt; it waits
 	// for DeadLetterRetry or DeadLetterPurge.
 	DeadLetter  bool `json:"dead_letter,omitempty"`
@@ -133,7 +132,7 @@ type StatusJob struct {
 // Troubled reports whether the job has failed, waits for a retry, or is a
 // dead letter.
 func (j *StatusJob) Troubled() bool {
-	return j.DeadLetter || j.LastError != "" || j.State == rivertype.JobStateRetryable || j.State == rivertype.JobStateScheduled
+	return j.DeadLetter || j.LastError != "" || j.State == bustype.JobStateRetryable || j.State == bustype.JobStateScheduled
 }
 
 // StatusHolder is the job holding a pool's checkpoint: the pool's unfinished
@@ -204,7 +203,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		}
 		sp := &StatusPool{Name: p.Name, Status: p.Status, Ordering: ordering, Grouping: p.Grouping, Queue: p.Queue,
 			StartAfter: p.StartAfter, Cursor: p.Cursor, Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint),
-			EventsFannedOut: p.EventsFannedOut, LateEventsDelivered: p.LateEventsDelivered, Jobs: map[rivertype.JobState]int64{}}
+			EventsFannedOut: p.EventsFannedOut, LateEventsDelivered: p.LateEventsDelivered, Jobs: map[bustype.JobState]int64{}}
 		holder, err := checkpoints.GetHolder(ctx, tx, p.Name)
 		if err != nil {
 			return nil, err
@@ -226,7 +225,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		set       func(*StatusPool)
 	}{
 		{"count jobs", sqlStatusJobs, []any{&pool, &state, &n}, func(sp *StatusPool) {
-			sp.Jobs[rivertype.JobState(state)] = n
+			sp.Jobs[bustype.JobState(state)] = n
 		}},
 		{"count dead letters", sqlStatusDeadLetters, []any{&pool, &n, &undeliv, &lastErr}, func(sp *StatusPool) {
 			sp.DeadLetters, sp.UndeliverableDeadLetters = n, undeliv
@@ -264,7 +263,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 func newStatusJob(j bustype.PoolJob, at time.Time) StatusJob {
 	r := StatusJob{JobID: j.ID, GlobalSequence: j.Sequence, State: j.State, DeadLetter: j.DeadLetter,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: j.LastError, Lane: j.Lane}
-	if (r.State == rivertype.JobStateRetryable || r.State == rivertype.JobStateScheduled) && !j.ScheduledAt.IsZero() {
+	if (r.State == bustype.JobStateRetryable || r.State == bustype.JobStateScheduled) && !j.ScheduledAt.IsZero() {
 		next := j.ScheduledAt
 		r.NextAttemptAt = &next
 		r.NextAttemptIn = j.ScheduledAt.Sub(at)

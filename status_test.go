@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus"
@@ -87,7 +86,7 @@ func TestClientStatus(t *testing.T) {
 	require.Equal(t, int64(3), billing.Checkpoint, "a dead letter is finished")
 	require.Zero(t, billing.Lag)
 	require.Equal(t, int64(3), billing.EventsFannedOut)
-	require.Equal(t, map[rivertype.JobState]int64{rivertype.JobStateCompleted: 2, rivertype.JobStateDiscarded: 1}, billing.Jobs)
+	require.Equal(t, map[bustype.JobState]int64{bustype.JobStateCompleted: 2, bustype.JobStateDiscarded: 1}, billing.Jobs)
 	require.Equal(t, int64(1), billing.DeadLetters)
 	require.Zero(t, billing.UndeliverableDeadLetters)
 	require.Equal(t, "boom", billing.LastError, "the newest dead letter's error")
@@ -97,10 +96,10 @@ func TestClientStatus(t *testing.T) {
 	ledger := st.Pool("ledger")
 	require.Equal(t, "key/block", ledger.Ordering)
 	require.Equal(t, int64(3), ledger.Lag, "no worker runs it")
-	require.Equal(t, int64(3), ledger.Jobs[rivertype.JobStateAvailable], "three keys, three lanes")
+	require.Equal(t, int64(3), ledger.Jobs[bustype.JobStateAvailable], "three keys, three lanes")
 	require.NotNil(t, ledger.Holder)
 	require.Equal(t, int64(1), ledger.Holder.GlobalSequence)
-	require.Equal(t, rivertype.JobStateAvailable, ledger.Holder.State)
+	require.Equal(t, bustype.JobStateAvailable, ledger.Holder.State)
 	require.False(t, ledger.Holder.Stuck, "held for less than StatusStuckAfter by a job that has not failed")
 	require.Equal(t, "a", *ledger.Holder.Lane)
 

@@ -2,8 +2,6 @@ package bustype
 
 import (
 	"time"
-
-	"github.com/riverqueue/river/rivertype"
 )
 
 // Checkpoint is where a pool stands: how far the log is proven (Horizon),
@@ -32,9 +30,9 @@ type PoolJob struct {
 	ID int64
 	// Sequence is the global sequence of the job's event.
 	Sequence int64
-	// State is River's state of the job; rivertype.JobStateDiscarded for a
+	// State is River's state of the job; JobStateDiscarded for a
 	// dead letter.
-	State rivertype.JobState
+	State JobState
 	// DeadLetter is true for a dead letter: a job River discarded after its
 	// last attempt, kept until an operator retries or purges it.
 	DeadLetter bool

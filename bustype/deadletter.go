@@ -3,8 +3,6 @@ package bustype
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/riverqueue/river/rivertype"
 )
 
 // DeadLetter is a pool job River discarded after its last attempt, as kept
@@ -35,7 +33,7 @@ type DeadLetter struct {
 	// handler's text: escape it before printing it to a terminal.
 	LastError string
 	// Errors are all the attempts' errors River recorded, oldest first.
-	Errors []rivertype.AttemptError
+	Errors []AttemptError
 	// DiscardedAt is when River discarded the job.
 	DiscardedAt time.Time
 	// JobExists is true while the river_job row still exists; River's job
@@ -43,11 +41,11 @@ type DeadLetter struct {
 	// (never, by riverbus's default: see workers.Config).
 	JobExists bool
 	// JobState is the river_job row's state when it exists:
-	// rivertype.JobStateDiscarded. (A job put back to work by River UI or
+	// JobStateDiscarded. (A job put back to work by River UI or
 	// River's Client.JobRetry is no longer a dead letter: a trigger removes
 	// it. Only a job finished by other means, plain SQL say, or retried
 	// before migration 009, leaves a dead letter in another state.)
-	JobState rivertype.JobState
+	JobState JobState
 	// Args are the job's args: the event envelope, or for an event the
 	// fan-out could not turn into a job, the envelope without its payload
 	// and the reason under "undeliverable".

@@ -3,10 +3,11 @@
 // workers) and webhooks share — events, pools and their settings, the job
 // envelopes, dead letters, checkpoints — and the errors they return.
 //
-// It is a leaf package, like River's rivertype: of River it imports only
-// rivertype itself (for a dead letter's AttemptError and a job's JobState),
-// and nothing of pgx, so any package can use it without pulling in the
-// engine.
+// It is a leaf package, like River's rivertype: it imports neither River nor
+// pgx, so any package can use it without pulling in the engine (outbox, the
+// producer side, depends on nothing of River through it). JobState and
+// AttemptError mirror River's, and a test pins them to the River version in
+// go.mod.
 //
 // # Sections
 //

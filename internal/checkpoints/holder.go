@@ -44,12 +44,12 @@ func GetHolder(ctx context.Context, db database.DB, pool string) (*bustype.Check
 	if id == nil {
 		return nil, nil
 	}
-	h.PoolJob = bustype.PoolJob{ID: *id, Sequence: *seq, State: *state, Attempt: *attempt, MaxAttempts: *maxAttempt,
+	h.PoolJob = bustype.PoolJob{ID: *id, Sequence: *seq, State: bustype.JobState(*state), Attempt: *attempt, MaxAttempts: *maxAttempt,
 		ScheduledAt: *scheduledAt, LastError: *lastErr, Lane: lane}
 	if created.After(h.HeldSince) {
 		h.HeldSince = *created
 	}
-	if h.State == rivertype.JobStatePending && lane != nil {
+	if h.State == bustype.JobStatePending && lane != nil {
 		if h.LaneBlocker, err = laneBlocker(ctx, db, pool, *lane); err != nil {
 			return nil, err
 		}

@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus"
@@ -217,7 +216,7 @@ func progressBar(done, total, perMinute int64) string {
 	return fmt.Sprintf("[%s] %.1f%%  %d behind  ETA %s", bar, 100*frac, total-done, eta)
 }
 
-func jobsSummary(jobs map[rivertype.JobState]int64) string {
+func jobsSummary(jobs map[bustype.JobState]int64) string {
 	if len(jobs) == 0 {
 		return "-"
 	}

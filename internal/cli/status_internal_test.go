@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
 )
 
 func TestProgressBar(t *testing.T) {
@@ -56,7 +57,7 @@ func TestProgressNeverGoesBackwards(t *testing.T) {
 	for i, f := range frames {
 		r := &riverbus.Status{At: start.Add(time.Duration(i) * 10 * time.Second), Horizon: f.horizon, Pools: []*riverbus.StatusPool{{
 			Name: "billing", Checkpoint: f.checkpoint, Lag: f.horizon - f.checkpoint, CompletedLastMinute: f.completed,
-			Holder: f.holder, Jobs: map[rivertype.JobState]int64{},
+			Holder: f.holder, Jobs: map[bustype.JobState]int64{},
 		}}}
 		var out bytes.Buffer
 		require.NoError(t, render(&out, r, prev))

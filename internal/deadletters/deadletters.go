@@ -45,7 +45,7 @@ func List(ctx context.Context, db database.DB, params bustype.DeadLetterListPara
 		}
 		if state != nil {
 			d.JobExists = true
-			d.JobState = rivertype.JobState(*state)
+			d.JobState = bustype.JobState(*state)
 		}
 		// errors is whatever River stored; an unexpected shape leaves Errors
 		// empty rather than failing the list.

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
@@ -93,7 +92,7 @@ func TestDeadLetterRetryJobPresent(t *testing.T) {
 		EventType: "payment.requested", EventKey: "key-41",
 		Attempt: 2, MaxAttempts: 2, Priority: 1,
 		LastError: "payment provider down for event 41",
-		JobExists: true, JobState: rivertype.JobStateDiscarded,
+		JobExists: true, JobState: bustype.JobStateDiscarded,
 	}, d)
 	require.Empty(t, w.handled(), "never completed")
 
@@ -145,7 +144,7 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	require.Equal(t, ids[0], dls[0].JobID)
 	require.Equal(t, int64(7), dls[0].GlobalSequence)
 	require.False(t, dls[0].JobExists)
-	require.Equal(t, rivertype.JobState(""), dls[0].JobState)
+	require.Equal(t, bustype.JobState(""), dls[0].JobState)
 	require.Equal(t, "payment provider down for event 7", dls[0].LastError)
 
 	w.broken.Store(false)
@@ -363,7 +362,7 @@ func TestRetryDeadLetterAlreadyRetried(t *testing.T) {
 
 	dls := listDeadLetters(t, db, "pa")
 	require.Len(t, dls, 1)
-	require.Equal(t, rivertype.JobStateCompleted, dls[0].JobState)
+	require.Equal(t, bustype.JobStateCompleted, dls[0].JobState)
 
 	res, err := deadletters.Retry(ctx, db, id)
 	require.NoError(t, err)
@@ -422,7 +421,7 @@ func TestRiverJobRetryRemovesDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	job, err := client.JobRetry(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, rivertype.JobStateAvailable, job.State)
+	require.Equal(t, bustype.JobStateAvailable, job.State)
 	require.Empty(t, listDeadLetters(t, db, "pa"))
 
 	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, id)
@@ -470,7 +469,7 @@ func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
 
 			job, err := client.JobRetryTx(ctx, tx, id)
 			require.NoError(t, err, "River's retry")
-			require.Equal(t, rivertype.JobStateAvailable, job.State)
+			require.Equal(t, bustype.JobStateAvailable, job.State)
 			require.NoError(t, tx.Commit(ctx))
 			require.ErrorIs(t, <-done, bustype.ErrDeadLetterNotFound, "the dead letter was retried by River first")
 			j, exists := jobtest.GetJob(t, db, id)

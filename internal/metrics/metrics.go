@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
@@ -182,11 +181,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		emit(ch, descPoolHolderTry, prometheus.GaugeValue, float64(attempts), p.Name)
 
 		// Every River state, zero included, so a series never vanishes.
-		for _, state := range rivertype.JobStates() {
+		for _, state := range bustype.JobStates() {
 			emit(ch, descPoolJobs, prometheus.GaugeValue, float64(p.Jobs[state]), p.Name, string(state))
 		}
 		for state, n := range p.Jobs {
-			if !slices.Contains(rivertype.JobStates(), state) { // a state newer than this River version
+			if !slices.Contains(bustype.JobStates(), state) { // a state newer than this River version
 				emit(ch, descPoolJobs, prometheus.GaugeValue, float64(n), p.Name, string(state))
 			}
 		}
