@@ -13,12 +13,6 @@ import (
 	"github.com/riverbus/riverbus/internal/pools"
 )
 
-// HorizonProblem is a broken assumption of the horizon's gap proof (the
-// sequence's cache or increment, the trigger that assigns sequences): its
-// Code, what is wrong (Message, Detail), what to run to repair it (Fix), and
-// whether it Blocks the horizon from proving or skipping gaps while it holds.
-type HorizonProblem = horizon.Problem
-
 // StatusStuckAfter is how long a pool's checkpoint may stand still behind a
 // job that has not failed before Status calls it stuck (a handler that
 // hangs, a worker that is not running).
@@ -53,7 +47,7 @@ type Status struct {
 	Pools []*StatusPool `json:"pools"`
 	// Problems are the broken assumptions of the gap proof; empty (not
 	// nil) when every one holds.
-	Problems []HorizonProblem `json:"problems"`
+	Problems []bustype.HorizonProblem `json:"problems"`
 }
 
 // Pool returns the pool named name, nil when the snapshot has none.
@@ -186,7 +180,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 	st := &Status{At: time.Now(), Horizon: h.Horizon, OpenGaps: h.OpenGaps, WatchedSkipped: h.Watching,
 		GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped, LateEvents: h.LateEvents, Problems: h.Problems}
 	if st.Problems == nil {
-		st.Problems = []HorizonProblem{}
+		st.Problems = []bustype.HorizonProblem{}
 	}
 	if err := tx.QueryRow(ctx, sqlStatusLastSequence).Scan(&st.LastSequence); err != nil {
 		return nil, fmt.Errorf("last sequence: %w", err)

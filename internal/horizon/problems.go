@@ -10,48 +10,27 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 )
 
-// Problem codes: what breaks the gap proof's assumptions (doc.go, "What
-// the proof assumes").
+// Problem is a broken assumption of the gap proof.
+type Problem = bustype.HorizonProblem
+
+// Problem codes (bustype's), for this package's own use.
 const (
-	ProblemSequenceCache         = "sequence_cache"
-	ProblemSequenceIncrement     = "sequence_increment"
-	ProblemSequenceCycle         = "sequence_cycle"
-	ProblemSequenceBelowHorizon  = "sequence_below_horizon"
-	ProblemAssignTriggerMissing  = "assign_trigger_missing"
-	ProblemAssignTriggerDisabled = "assign_trigger_disabled"
-	ProblemAssignTriggerChanged  = "assign_trigger_changed"
-	ProblemNotifyTriggerMissing  = "notify_trigger_missing"
+	ProblemSequenceCache         = bustype.ProblemSequenceCache
+	ProblemSequenceIncrement     = bustype.ProblemSequenceIncrement
+	ProblemSequenceCycle         = bustype.ProblemSequenceCycle
+	ProblemSequenceBelowHorizon  = bustype.ProblemSequenceBelowHorizon
+	ProblemAssignTriggerMissing  = bustype.ProblemAssignTriggerMissing
+	ProblemAssignTriggerDisabled = bustype.ProblemAssignTriggerDisabled
+	ProblemAssignTriggerChanged  = bustype.ProblemAssignTriggerChanged
+	ProblemNotifyTriggerMissing  = bustype.ProblemNotifyTriggerMissing
 )
 
 // ProblemCodes lists every problem code, for metrics that report each.
-var ProblemCodes = []string{
-	ProblemAssignTriggerChanged, ProblemAssignTriggerDisabled, ProblemAssignTriggerMissing,
-	ProblemNotifyTriggerMissing, ProblemSequenceBelowHorizon, ProblemSequenceCache,
-	ProblemSequenceCycle, ProblemSequenceIncrement,
-}
-
-// Problem is a broken assumption of the gap proof.
-type Problem struct {
-	// Code is one of the Problem* constants.
-	Code string `json:"code"`
-	// Message says what is wrong and what riverbus does about it.
-	Message string `json:"message"`
-	// Detail is what the database showed (the cache size, say).
-	Detail string `json:"detail"`
-	// Fix is what an operator runs to repair it.
-	Fix string `json:"fix"`
-	// Blocks: while it holds, the horizon proves and skips nothing (it
-	// only passes contiguous committed events, and not even those when the
-	// sequence is below the horizon).
-	Blocks bool `json:"blocks"`
-}
-
-func (p Problem) String() string {
-	return fmt.Sprintf("%s (%s): %s Fix: %s", p.Code, p.Detail, p.Message, p.Fix)
-}
+var ProblemCodes = bustype.ProblemCodes
 
 var problemTexts = map[string]struct {
 	message, fix string
