@@ -10,32 +10,30 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/outbox"
 )
 
-// Args is what the args of every pool job contain: the event envelope
-// (global_sequence, event_id, type, key, tags, data, metadata, occurred_at)
-// and "late": true for a late event. Embed it in a handler's args type, next
-// to a Kind method that returns the pool name:
+// Args is what the args of every pool job contain, bustype.EventJob: the
+// event envelope (global_sequence, event_id, type, key, tags, data,
+// metadata, occurred_at) and "late": true for a late event. Embed it in a
+// handler's args type, next to a Kind method that returns the pool name:
 //
 //	type BillingArgs struct{ workers.Args }
 //
 //	func (BillingArgs) Kind() string { return "billing" }
-type Args struct {
-	outbox.Event
-
-	// Late is true when the event committed after the horizon had skipped
-	// its sequence on the gap timeout: it is delivered after events with
-	// higher sequences. Handlers that depend on order may want to know.
-	Late bool `json:"late,omitempty"`
-}
+//
+// Late is true when the event committed after the horizon had skipped its
+// sequence on the gap timeout: it is delivered after events with higher
+// sequences. Handlers that depend on order may want to know.
+type Args = bustype.EventJob
 
 // GroupArgs is what the args of a transaction-grouped pool's jobs contain
-// (a pool created with --group transaction): the events that one
-// application transaction appended after the pool's start point (where it
-// was created from, or last reset to) and that match the pool's filter —
-// with one key, when the pool is key-ordered — in sequence order. Embed it
-// like Args:
+// (a pool created with --group transaction), bustype.GroupJob: the events
+// that one application transaction appended after the pool's start point
+// (where it was created from, or last reset to) and that match the pool's
+// filter — with one key, when the pool is key-ordered — in sequence order.
+// Embed it like Args:
 //
 //	type LedgerArgs struct{ workers.GroupArgs }
 //
@@ -44,29 +42,10 @@ type Args struct {
 // A group of more than 10,000 events, or of more than 16 MB of encoded
 // events, comes as several jobs, its parts: each holds consecutive events
 // of the group, carries the global sequence of its own first event, and is
-// numbered Part (1 to Parts). In an ordered pool the parts run one after
-// another, in order; in an unordered one they may run in parallel, like
-// any two jobs.
-type GroupArgs struct {
-	// GlobalSequence is the sequence of the job's first event.
-	GlobalSequence int64 `json:"global_sequence"`
-	// TransactionID is the appending transaction's id (xid8, as text).
-	TransactionID string `json:"transaction_id"`
-	// Key is the first event's key (every event's, in a key-ordered pool).
-	Key    string         `json:"key"`
-	Events []outbox.Event `json:"events"`
-	// Late is true when the transaction committed after the horizon had
-	// skipped one of its sequences on the gap timeout.
-	Late bool `json:"late,omitempty"`
-	// Part is this job's part of the group, from 1; Parts is how many
-	// there are (1: the whole group is in this job). Both are 0 in jobs
-	// inserted before groups had parts.
-	Part  int `json:"part"`
-	Parts int `json:"parts"`
-}
-
-// Last reports whether the job holds the last events of its group.
-func (a GroupArgs) Last() bool { return a.Part == a.Parts }
+// numbered Part (1 to Parts; Last reports the last one). In an ordered pool
+// the parts run one after another, in order; in an unordered one they may
+// run in parallel, like any two jobs.
+type GroupArgs = bustype.GroupJob
 
 // DecodeError is returned by Decode and DecodeStrict when an event's data
 // does not fit the target type. It is a plain error on purpose: a worker that

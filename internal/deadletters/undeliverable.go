@@ -8,25 +8,31 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/outbox"
 )
 
 // undeliverableStub is the args of a dead letter the fan-out made of a unit
-// it could not turn into a job: its envelope without the payload (the
-// events' data and metadata; a group's events are named in "sequences"),
-// and "undeliverable": the reason.
+// it could not turn into a job: a bustype.GroupJobStub when it names
+// sequences, a bustype.EventJobStub otherwise.
 type undeliverableStub struct {
-	GlobalSequence int64   `json:"global_sequence"`
-	Sequences      []int64 `json:"sequences"` // a group's events; none for one event
-	fields         map[string]json.RawMessage
+	event *bustype.EventJobStub
+	group *bustype.GroupJobStub
 }
 
 func (s *undeliverableStub) UnmarshalJSON(b []byte) error {
-	type plain undeliverableStub
-	if err := json.Unmarshal(b, (*plain)(s)); err != nil {
+	var probe struct {
+		Sequences json.RawMessage `json:"sequences"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
 		return err
 	}
-	return json.Unmarshal(b, &s.fields)
+	if probe.Sequences != nil {
+		s.group = &bustype.GroupJobStub{}
+		return json.Unmarshal(b, s.group)
+	}
+	s.event = &bustype.EventJobStub{}
+	return json.Unmarshal(b, s.event)
 }
 
 // rebuildUndeliverable gives the dead letters among ids that are stubs of
@@ -70,12 +76,15 @@ func rebuildUndeliverable(ctx context.Context, tx pgx.Tx, ids []int64) (map[int6
 }
 
 // rebuildEnvelope builds the envelope the fan-out would have built for the
-// stub's event (Args) or group (GroupArgs). reason says why it cannot, when
-// it cannot.
+// stub's event (Args) or group (GroupArgs), keeping what the stub says
+// besides the payload (late, a group's part). reason says why it cannot,
+// when it cannot.
 func rebuildEnvelope(ctx context.Context, tx pgx.Tx, s undeliverableStub) ([]byte, string, error) {
-	seqs := s.Sequences
-	if seqs == nil {
-		seqs = []int64{s.GlobalSequence}
+	var seqs []int64
+	if s.group != nil {
+		seqs = s.group.Sequences
+	} else {
+		seqs = []int64{s.event.GlobalSequence}
 	}
 	rows, err := tx.Query(ctx, sqlEventsBySequence, seqs)
 	if err != nil {
@@ -95,22 +104,14 @@ func rebuildEnvelope(ctx context.Context, tx pgx.Tx, s undeliverableStub) ([]byt
 	if len(events) != len(seqs) {
 		return nil, fmt.Sprintf("%d of the %d events it names are no longer in riverbus_event", len(seqs)-len(events), len(seqs)), nil
 	}
-	// The stub's fields (late, a group's part, ...), then the events.
-	env := map[string]any{}
-	for k, v := range s.fields {
-		if k != "undeliverable" && k != "sequences" {
-			env[k] = v
-		}
-	}
-	if s.Sequences != nil {
-		env["events"] = events
+	var env any
+	if g := s.group; g != nil {
+		env = bustype.GroupJob{GlobalSequence: g.GlobalSequence, TransactionID: g.TransactionID, Key: g.Key,
+			Events: events, Late: g.Late, Part: g.Part, Parts: g.Parts}
 	} else {
-		e := events[0]
-		env["global_sequence"], env["event_id"], env["type"], env["key"] = e.GlobalSequence, e.EventID, e.Type, e.Key
-		env["tags"], env["data"], env["metadata"], env["occurred_at"] = e.Tags, e.Data, e.Metadata, e.OccurredAt
+		env = bustype.EventJob{Event: events[0], Late: s.event.Late}
 	}
-	v := env
-	args, err := json.Marshal(v)
+	args, err := json.Marshal(env)
 	if err != nil {
 		return nil, "still cannot be encoded as JSON: " + err.Error(), nil
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
@@ -16,16 +15,6 @@ import (
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/outbox"
 )
-
-// jobArgs is what a pool job carries: the event envelope, flagged late when
-// it committed after its gap timed out. workers.Args decodes it.
-type jobArgs struct {
-	kind string
-	outbox.Event
-	Late bool `json:"late,omitempty"`
-}
-
-func (a jobArgs) Kind() string { return a.kind }
 
 type lockedPool struct {
 	name         string
@@ -50,7 +39,7 @@ type event struct {
 
 // unit is one job to insert: one event, or one transaction's group.
 type unit struct {
-	args  river.JobArgs
+	args  envelope
 	first int64 // global sequence of its (first) event
 	lane  string
 	late  bool
@@ -237,7 +226,7 @@ func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []e
 	}
 	out := make([]unit, len(events))
 	for i, e := range events {
-		out[i] = unit{args: jobArgs{kind: p.name, Event: e.Event, Late: late}, first: e.GlobalSequence, lane: p.lane(e.Key), late: late}
+		out[i] = unit{args: eventJob{Event: e.Event, Late: late}, first: e.GlobalSequence, lane: p.lane(e.Key), late: late}
 	}
 	return out, nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -43,39 +42,27 @@ var (
 	groupPartMaxBytes = 16 << 20
 )
 
-// groupPart is the job of one part of a transaction group: its args, encoded
-// once while the group is read, so a big transaction is held in memory as
-// JSON only. workers.GroupArgs decodes it:
-//
-//	{"global_sequence": first event's, "transaction_id", "key",
-//	 "late": true (if late), "events": [...], "part": 1.., "parts": n}
+// groupPart is the job of one part of a transaction group: its args
+// (bustype.GroupJob), encoded once while the group is read, so a big
+// transaction is held in memory as JSON only.
 type groupPart struct {
-	kind string
 	json []byte
 	// err is why the part cannot be encoded (an event Go's encoder
-	// refuses); it is returned when the args are encoded.
+	// refuses); encode returns it.
 	err error
 
-	// What the JSON says, but the events: for whatever must describe the
-	// part without its payload (a dead letter of it, say).
-	txid, key   string
-	late        bool
-	part, parts int
-	sequences   []int64 // its events', in order
+	// job is what the JSON says but the events (Events is nil), for
+	// whatever must describe the part without its payload (its dead
+	// letter's stub, say); sequences are its events', in order.
+	job       bustype.GroupJob
+	sequences []int64
 }
 
-func (a groupPart) Kind() string { return a.kind }
+func (a groupPart) encode() ([]byte, error) { return a.json, a.err }
 
-func (a groupPart) MarshalJSON() ([]byte, error) { return a.json, a.err }
-
-// header is the part's envelope without its events.
-func (a groupPart) header() map[string]any {
-	h := map[string]any{"global_sequence": a.sequences[0], "transaction_id": a.txid, "key": a.key,
-		"part": a.part, "parts": a.parts}
-	if a.late {
-		h["late"] = true
-	}
-	return h
+func (a groupPart) stub(reason string) any {
+	return bustype.GroupJobStub{GlobalSequence: a.job.GlobalSequence, TransactionID: a.job.TransactionID, Key: a.job.Key,
+		Late: a.job.Late, Part: a.job.Part, Parts: a.job.Parts, Sequences: a.sequences, Undeliverable: reason}
 }
 
 // groupID is a group: a transaction, and a key in a key-ordered pool.
@@ -169,7 +156,7 @@ func readGroups(br pgx.BatchResults, p *lockedPool, ids []groupID, late bool) ([
 				out = append(out, b.finish()...)
 			}
 			prev = ord
-			b = &groupBuilder{kind: p.name, txid: ids[ord-1].txid, key: e.Key, lane: p.lane(e.Key), late: late}
+			b = &groupBuilder{txid: ids[ord-1].txid, key: e.Key, lane: p.lane(e.Key), late: late}
 		}
 		b.add(&e)
 	}
@@ -186,8 +173,8 @@ func readGroups(br pgx.BatchResults, p *lockedPool, ids []groupID, late bool) ([
 
 // groupBuilder cuts one group into parts as its events are read.
 type groupBuilder struct {
-	kind, txid, key, lane string
-	late                  bool
+	txid, key, lane string
+	late            bool
 
 	parts []*groupPart
 	cur   *bytes.Buffer // the JSON of the part being filled, up to its events
@@ -221,18 +208,14 @@ func (b *groupBuilder) add(e *event) {
 
 // start opens a part whose first event is seq.
 func (b *groupBuilder) start(seq int64) {
-	b.cur = &bytes.Buffer{}
-	b.cur.WriteString(`{"global_sequence":`)
-	b.cur.WriteString(strconv.FormatInt(seq, 10))
-	b.cur.WriteString(`,"transaction_id":`)
-	writeJSONString(b.cur, b.txid)
-	b.cur.WriteString(`,"key":`)
-	writeJSONString(b.cur, b.key)
-	if b.late {
-		b.cur.WriteString(`,"late":true`)
+	p := &groupPart{job: bustype.GroupJob{GlobalSequence: seq, TransactionID: b.txid, Key: b.key, Late: b.late},
+		sequences: []int64{seq}}
+	b.parts = append(b.parts, p)
+	head, _, err := groupJobFrame(p.job)
+	if err != nil {
+		p.err = fmt.Errorf("encode transaction %s: %w", b.txid, err)
 	}
-	b.cur.WriteString(`,"events":[`)
-	b.parts = append(b.parts, &groupPart{kind: b.kind, txid: b.txid, key: b.key, late: b.late, sequences: []int64{seq}})
+	b.cur = bytes.NewBuffer(head)
 }
 
 // close ends the events of the part being filled.
@@ -240,7 +223,6 @@ func (b *groupBuilder) close() {
 	if b.cur == nil {
 		return
 	}
-	b.cur.WriteByte(']')
 	b.parts[len(b.parts)-1].json = b.cur.Bytes()
 	b.cur = nil
 }
@@ -248,21 +230,17 @@ func (b *groupBuilder) close() {
 // finish numbers the parts and returns their units, in order.
 func (b *groupBuilder) finish() []unit {
 	b.close()
-	n := strconv.Itoa(len(b.parts))
 	units := make([]unit, len(b.parts))
 	for i, a := range b.parts {
-		a.part, a.parts = i+1, len(b.parts)
+		a.job.Part, a.job.Parts = i+1, len(b.parts)
 		if a.err == nil {
-			a.json = append(a.json, `,"part":`+strconv.Itoa(a.part)+`,"parts":`+n+`}`...)
-		} else {
+			_, tail, err := groupJobFrame(a.job)
+			a.json, a.err = append(a.json, tail...), err
+		}
+		if a.err != nil {
 			a.json = nil
 		}
 		units[i] = unit{args: *a, first: a.sequences[0], lane: b.lane, late: b.late}
 	}
 	return units
-}
-
-func writeJSONString(buf *bytes.Buffer, s string) {
-	enc, _ := json.Marshal(s) // a string always encodes
-	buf.Write(enc)
 }

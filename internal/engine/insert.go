@@ -20,8 +20,9 @@ import (
 // encoding/json accepts, an envelope too big for jsonb) is found without
 // losing the rest of the batch: it becomes a dead letter of the pool (a
 // River job inserted as `discarded`, which the dead-letter trigger keeps)
-// whose args are a small stub naming the event and the reason. `dlq retry`
-// rebuilds the real envelope from riverbus_event (package workers).
+// whose args are a small stub naming the event and the reason
+// (bustype.EventJobStub, bustype.GroupJobStub). `dlq retry` rebuilds the
+// real envelope from riverbus_event (package workers).
 //
 // The jobs are inserted with COPY, like River's InsertManyFastTx, but
 // created_at and scheduled_at are left to the columns' default, now(): the
@@ -33,10 +34,6 @@ import (
 // for one value (1 GB); jsonb refuses smaller ones (256 MB of content),
 // which the insert finds out. A variable so tests can lower it.
 var envelopeMaxBytes = 1<<30 - 1
-
-// Undeliverable is the args field that marks a dead-letter stub: its value is
-// the reason the unit could not become a job.
-const undeliverableField = "undeliverable"
 
 // job is a unit on its way into river_job.
 type job struct {
@@ -57,7 +54,7 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 	jobs := make([]*job, len(units))
 	for i, u := range units {
 		j := &job{u: u}
-		args, err := json.Marshal(u.args)
+		args, err := u.args.encode()
 		switch {
 		case err != nil:
 			j.reason = encodeFailure(err)
@@ -232,17 +229,16 @@ func refusedData(err *pgconn.PgError) bool {
 
 // insertDeadLetters inserts a discarded job for each undeliverable unit, so
 // that the dead-letter trigger keeps it in riverbus_dead_letter. Its args are
-// a stub: the event's identity and the reason, not the payload.
+// a stub: the envelope without the payload (every event's data and
+// metadata; a group's events are named by their sequences), and the
+// reason. It keeps whatever else the envelope says (late, a group's part),
+// which the retry's rebuild copies back.
 func insertDeadLetters(ctx context.Context, tx pgx.Tx, p *lockedPool, dead []*job) error {
 	args := make([][]byte, len(dead))
 	metas := make([][]byte, len(dead))
 	reasons := make([]string, len(dead))
 	for i, j := range dead {
-		m, err := stubArgs(j.u, j.reason)
-		if err != nil {
-			return fmt.Errorf("encode dead-letter stub: %w", err)
-		}
-		stub, err := json.Marshal(m)
+		stub, err := json.Marshal(j.u.args.stub(j.reason))
 		if err != nil {
 			return fmt.Errorf("encode dead-letter stub: %w", err)
 		}
@@ -256,43 +252,4 @@ func insertDeadLetters(ctx context.Context, tx pgx.Tx, p *lockedPool, dead []*jo
 		return fmt.Errorf("insert dead letters: %w", err)
 	}
 	return nil
-}
-
-// stubArgs is what a dead letter of an undeliverable unit carries: its
-// envelope without the payload (every event's data and metadata; a group's
-// events are named by their sequences), and the reason. Built from the
-// envelope itself, so it keeps whatever else the envelope says (late, a
-// group's part), which the retry's rebuild copies back.
-func stubArgs(u unit, reason string) (map[string]any, error) {
-	var shell any
-	var seqs []int64
-	switch a := u.args.(type) {
-	case jobArgs:
-		a.Data, a.Metadata = nil, nil
-		shell = a
-	case groupPart:
-		// A part's header says everything but its events, which the stub
-		// names by their sequences.
-		seqs = a.sequences
-		shell = a.header()
-	default:
-		return nil, fmt.Errorf("unexpected job args %T", u.args)
-	}
-	b, err := json.Marshal(shell)
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]any{}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	delete(m, "data")
-	delete(m, "metadata")
-	delete(m, "events")
-	if seqs != nil {
-		m["sequences"] = seqs
-	}
-	m["global_sequence"] = u.first
-	m[undeliverableField] = reason
-	return m, nil
 }

@@ -1,0 +1,90 @@
+package bustype
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The job envelopes: what the args of a pool job hold, one type per shape.
+// The fan-out builds them in Go and, for plain pools, in SQL (a test pins
+// the SQL to these types, key for key); handlers, webhooks and the
+// dead-letter retry read them. Their JSON names are a contract, like
+// Event's.
+
+// EventJob is the args of a pool job of one event: the event's envelope
+// (Event's fields, at the top level) and Late. Handlers embed it through
+// workers.Args.
+type EventJob struct {
+	Event
+
+	// Late is true when the event committed after the horizon had skipped
+	// its sequence on the gap timeout: it is delivered after events with
+	// higher sequences. Omitted from the JSON when false.
+	Late bool `json:"late,omitempty"`
+}
+
+// GroupJob is the args of a job of a transaction-grouped pool: the events
+// one application transaction appended after the pool's start point that
+// match the pool's filter (with one key, when the pool is key-ordered), in
+// sequence order, or one part of them. Handlers embed it through
+// workers.GroupArgs.
+type GroupJob struct {
+	// GlobalSequence is the sequence of the job's first event.
+	GlobalSequence int64 `json:"global_sequence"`
+	// TransactionID is the appending transaction's id (xid8, as text).
+	TransactionID string `json:"transaction_id"`
+	// Key is the first event's key (every event's, in a key-ordered pool).
+	Key    string  `json:"key"`
+	Events []Event `json:"events"`
+	// Late is true when the transaction committed after the horizon had
+	// skipped one of its sequences on the gap timeout. Omitted from the
+	// JSON when false.
+	Late bool `json:"late,omitempty"`
+	// Part is this job's part of the group, from 1; Parts is how many
+	// there are (1: the whole group is in this job). Both are 0 in jobs
+	// inserted before groups had parts.
+	Part  int `json:"part"`
+	Parts int `json:"parts"`
+}
+
+// Last reports whether the job holds the last events of its group.
+func (j GroupJob) Last() bool { return j.Part == j.Parts }
+
+// UndeliverableField is the args key that marks a dead-letter stub
+// (EventJobStub, GroupJobStub); its value is the reason.
+const UndeliverableField = "undeliverable"
+
+// EventJobStub is the args of the dead letter of an EventJob that could not
+// become a job (an event nested deeper than encoding/json accepts, or an
+// envelope too big for jsonb): the envelope without the event's data and
+// metadata, and the reason. Retrying the dead letter rebuilds the EventJob
+// from riverbus_event, keeping Late.
+type EventJobStub struct {
+	GlobalSequence int64     `json:"global_sequence"`
+	EventID        uuid.UUID `json:"event_id"`
+	Type           string    `json:"type"`
+	Key            string    `json:"key"`
+	Tags           []string  `json:"tags"`
+	OccurredAt     time.Time `json:"occurred_at"`
+	Late           bool      `json:"late,omitempty"`
+	// Undeliverable is why the event could not become a job.
+	Undeliverable string `json:"undeliverable"`
+}
+
+// GroupJobStub is the args of the dead letter of a GroupJob that could not
+// become a job: the job without its events, which Sequences names, and the
+// reason. Retrying the dead letter rebuilds the GroupJob from
+// riverbus_event, keeping the rest.
+type GroupJobStub struct {
+	GlobalSequence int64  `json:"global_sequence"`
+	TransactionID  string `json:"transaction_id"`
+	Key            string `json:"key"`
+	Late           bool   `json:"late,omitempty"`
+	Part           int    `json:"part"`
+	Parts          int    `json:"parts"`
+	// Sequences are the global sequences of the job's events, in order.
+	Sequences []int64 `json:"sequences"`
+	// Undeliverable is why the group's job could not be inserted.
+	Undeliverable string `json:"undeliverable"`
+}
