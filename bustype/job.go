@@ -34,7 +34,8 @@ type GroupJob struct {
 	GlobalSequence int64 `json:"global_sequence"`
 	// TransactionID is the appending transaction's id (xid8, as text).
 	TransactionID string `json:"transaction_id"`
-	// Key is the first event's key (every event's, in a key-ordered pool).
+	// Key is the key of the group's first event, in every part (every
+	// event's key, in a key-ordered pool).
 	Key    string  `json:"key"`
 	Events []Event `json:"events"`
 	// Late is true when the transaction committed after the horizon had
