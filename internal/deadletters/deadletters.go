@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/riversql"
 )
 
 // List returns the dead letters params selects, in job id order. A Limit
@@ -279,7 +280,7 @@ func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg a
 	}
 	if len(queues) > 0 {
 		slices.Sort(queues)
-		if _, err := tx.Exec(ctx, sqlNotifyInsert, slices.Compact(queues)); err != nil {
+		if _, err := tx.Exec(ctx, riversql.NotifyInsertQueues, slices.Compact(queues)); err != nil {
 			return nil, fmt.Errorf("notify River: %w", err)
 		}
 	}

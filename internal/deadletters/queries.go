@@ -1,5 +1,7 @@
 package deadletters
 
+import "github.com/riverbus/riverbus/internal/riversql"
+
 const (
 	// sqlDeadLetterList lists dead letters, with the state of their river_job
 	// row when it still exists. $1: pool ('' for all), $2: after job id, $3:
@@ -64,9 +66,9 @@ RETURNING j.id`
 	// river_job row is gone, with the kind, queue, args, max attempts and
 	// priority the dead letter kept. The new job's metadata names the job it
 	// replaces.
-	sqlJobReinsert = `INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, state, scheduled_at)
+	sqlJobReinsert = `INSERT INTO river_job (` + riversql.JobColumnList + `, scheduled_at)
 SELECT d.args, d.pool, d.max_attempts, d.metadata || jsonb_build_object('riverbus_retry_of', d.job_id), d.priority, d.queue,
-	'available', now() + u.rank * interval '1 microsecond'
+	'available', '{}', now() + u.rank * interval '1 microsecond'
 FROM unnest($1::bigint[], $2::int[]) AS u(id, rank)
 JOIN riverbus_dead_letter d ON d.job_id = u.id
 ORDER BY u.rank
@@ -82,13 +84,6 @@ RETURNING kind, metadata->>'riverbus_lane'`
 	sqlLaneRelease = `SELECT riverbus_release_lanes($1::text[], $2::text[])`
 
 	sqlDeadLetterDeleteMany = `DELETE FROM riverbus_dead_letter WHERE job_id = ANY($1::bigint[])`
-
-	// sqlNotifyInsert wakes River producers of the given queues the way River
-	// does after an insert (topic river_insert prefixed with the current
-	// schema and a dot when there is one, payload {"queue": ...}).
-	// Notifications are delivered on commit.
-	sqlNotifyInsert = `SELECT pg_notify(coalesce(current_schema() || '.', '') || 'river_insert', json_build_object('queue', q)::text)
-FROM unnest($1::text[]) AS q`
 
 	// sqlDeadLetterPurgeOne and sqlDeadLetterPurgePool delete dead letters and
 	// their river_job rows that are still discarded (a data-modifying WITH

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/lanes"
+	"github.com/riverbus/riverbus/internal/riversql"
 )
 
 // The general path's insert. Each unit's envelope is encoded here, one by
@@ -27,7 +28,7 @@ import (
 // The jobs are inserted with COPY, like River's InsertManyFastTx, but
 // created_at and scheduled_at are left to the columns' default, now(): the
 // database's clock, by which workers fetch, and not this host's, which River
-// would use.
+// would use (package riversql).
 
 // envelopeMaxBytes is the largest encoded envelope the general path inserts.
 // Bigger ones become dead letters without a try. It is PostgreSQL's limit
@@ -140,8 +141,6 @@ func decidePending(p *lockedPool, jobs []*job, held map[string]bool) {
 	}
 }
 
-var jobCopyColumns = []string{"args", "kind", "max_attempts", "metadata", "priority", "queue", "state", "tags"}
-
 // copyJobs inserts the jobs that have args, with COPY, and notifies River's
 // producers of the pool's queue when one is available. When the database
 // refuses a row's data (a jsonb limit), it finds the rows it refuses by
@@ -162,7 +161,7 @@ func copyJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*jo
 		return refused, err
 	}
 	if slices.ContainsFunc(todo, func(j *job) bool { return !j.pending }) {
-		if _, err := tx.Exec(ctx, sqlNotifyInsert, p.queue); err != nil {
+		if _, err := tx.Exec(ctx, riversql.NotifyInsertQueues, []string{p.queue}); err != nil {
 			return nil, fmt.Errorf("notify River: %w", err)
 		}
 	}
@@ -174,17 +173,15 @@ func copyFind(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*jo
 	if err != nil {
 		return nil, err
 	}
-	_, err = sp.CopyFrom(ctx, pgx.Identifier{"river_job"}, jobCopyColumns, pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
+	_, err = riversql.CopyJobs(ctx, sp, len(jobs), func(i int) riversql.JobRow {
 		j := jobs[i]
-		state, meta := "available", j.lane
+		state := "available"
 		if j.pending {
 			state = "pending"
 		}
-		if meta == nil {
-			meta = []byte("{}")
-		}
-		return []any{j.args, p.name, p.maxAttempts, meta, p.priority, p.queue, state, []string{}}, nil
-	}))
+		return riversql.JobRow{Args: j.args, Kind: p.name, MaxAttempts: p.maxAttempts, Metadata: j.lane,
+			Priority: p.priority, Queue: p.queue, State: state}
+	})
 	if err == nil {
 		return nil, sp.Commit(ctx)
 	}

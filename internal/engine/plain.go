@@ -11,6 +11,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/riversql"
 )
 
 // The plain path: a pool with no ordering, no grouping, and no late event
@@ -45,6 +46,9 @@ func plainKindOf(p *lockedPool) plainKind {
 }
 
 // sqlPlainBatch is the plain path's statement; %s is the type condition.
+// Each job's args are a bustype.EventJob built by jsonb_build_object
+// (envelope_test.go pins the two together); the job row and River's
+// notification are package riversql's.
 // $1 pool, $2 batch size, $3 whether the pool must have a type filter.
 //
 // It returns whether it locked the pool row, whether the plain path
@@ -87,11 +91,11 @@ ev AS (
 	SELECT * FROM rd WHERE rd.global_sequence < coalesce((SELECT at FROM cut), 9223372036854775807)
 ),
 ins AS (
-	INSERT INTO river_job (args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
+	INSERT INTO river_job (` + riversql.JobColumnList + `)
 	SELECT jsonb_build_object('global_sequence', ev.global_sequence, 'event_id', ev.event_id, 'type', ev.type,
 			'key', ev.key, 'tags', to_jsonb(ev.tags), 'data', ev.data, 'metadata', ev.metadata,
 			'occurred_at', ev.occurred_at),
-		now(), p.name, p.max_attempts, '{}', p.priority, p.queue, now(), 'available', '{}'
+		p.name, p.max_attempts, '{}', p.priority, p.queue, 'available', '{}'
 	FROM ev CROSS JOIN p
 	ORDER BY ev.global_sequence
 	RETURNING 1
@@ -114,7 +118,7 @@ SELECT EXISTS (SELECT 1 FROM p),
 	coalesce((SELECT plain FROM p), false) AND EXISTS (SELECT 1 FROM h),
 	(SELECT count(*) FROM ins),
 	coalesce((SELECT cursor_seq FROM adv), (SELECT cursor_seq FROM p)),
-	(SELECT count(pg_notify(current_schema() || '.river_insert', json_build_object('queue', p.queue)::text))
+	(SELECT count(` + riversql.NotifyInsert + `)
 		FROM p WHERE EXISTS (SELECT 1 FROM ins)),
 	EXISTS (SELECT 1 FROM cut WHERE at IS NOT NULL)`
 

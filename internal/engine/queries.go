@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/riverbus/riverbus/internal/horizon"
+import (
+	"github.com/riverbus/riverbus/internal/horizon"
+	"github.com/riverbus/riverbus/internal/riversql"
+)
 
 // All SQL of the fan-out. Identifiers are never built from input. The
 // horizon's SQL is in internal/horizon, the lanes' in internal/lanes.
@@ -163,15 +166,10 @@ ORDER BY g.ord, e.global_sequence`
 
 // The general path's insert (insert.go).
 const (
-	// River's insert notification, as River sends it: producers of the
-	// queue fetch at once instead of at their next poll.
-	sqlNotifyInsert = `SELECT pg_notify(coalesce(current_schema() || '.', '') || 'river_insert', json_build_object('queue', $1::text)::text)`
-
 	// Dead letters of units that cannot become jobs: discarded at once,
 	// with the reason as their one error (River's AttemptError shape), so
 	// the trigger riverbus_dead_letter_keep_insert keeps them.
-	sqlInsertUndeliverable = `INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue, state, tags,
-	attempt, errors, finalized_at)
+	sqlInsertUndeliverable = `INSERT INTO river_job (` + riversql.JobColumnList + `, attempt, errors, finalized_at)
 SELECT u.a, $1, $2, u.m, $3, $4, 'discarded', '{}', 0,
 	ARRAY[jsonb_build_object('at', now(), 'attempt', 0, 'error', u.r, 'trace', '')], now()
 FROM unnest($5::jsonb[], $6::jsonb[], $7::text[]) WITH ORDINALITY AS u(a, m, r, i)

@@ -1,5 +1,7 @@
 package lanes
 
+import "github.com/riverbus/riverbus/internal/riversql"
+
 // All SQL of the lanes' Go side. Identifiers are never built from input.
 
 const (
@@ -44,8 +46,8 @@ SELECT lane FROM riverbus_dead_letter WHERE $3 AND pool = $1 AND lane = ANY($2)`
 		AND state IN ('retryable', 'scheduled') AND scheduled_at <= now()
 	RETURNING queue
 )
-SELECT count(*), count(pg_notify(current_schema() || '.river_insert', json_build_object('queue', q)::text))
-FROM (SELECT DISTINCT queue AS q FROM due) s`
+SELECT count(*), count(` + riversql.NotifyInsert + `)
+FROM (SELECT DISTINCT queue FROM due) s`
 
 	// Only lanes that look stuck (pending jobs, none in flight) are handed
 	// to riverbus_release_lanes, which checks again under the lanes' locks:

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/riversql"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
@@ -241,7 +242,7 @@ func SetStatus(ctx context.Context, db database.DB, name string, status bustype.
 		}
 		// River pauses only queues it has a row for: make sure there is one
 		// (a worker that starts later then starts paused).
-		if _, err := tx.Exec(ctx, sqlRiverQueueEnsure, pool.Queue); err != nil {
+		if _, err := tx.Exec(ctx, riversql.QueueEnsure, pool.Queue); err != nil {
 			return fmt.Errorf("river queue: %w", err)
 		}
 		rc, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})

@@ -39,9 +39,6 @@ ON CONFLICT (pool) DO UPDATE SET group_floor = EXCLUDED.group_floor, updated_at 
 
 	sqlPoolsSharingQueue = `SELECT count(*) FROM riverbus_pool WHERE queue = $1 AND name <> $2`
 
-	sqlRiverQueueEnsure = `INSERT INTO river_queue (name, created_at, metadata, updated_at) VALUES ($1, now(), '{}', now())
-ON CONFLICT (name) DO NOTHING`
-
 	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), updated_at = now() WHERE name = $1`
 
 	sqlCheckpointReset = `INSERT INTO riverbus_pool_checkpoint (pool, checkpoint_seq) VALUES ($1, $2)

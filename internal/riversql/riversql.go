@@ -1,0 +1,91 @@
+// Package riversql is the one place riverbus writes River's tables and
+// speaks River's wake-up protocol itself, rather than through River's
+// client: the fan-out inserts its jobs in bulk (COPY, or one SQL statement
+// on the plain path), dead-letter retries re-insert jobs and wake River's
+// producers, pools create their River queue. Each is written here once, as
+// River RiverVersion does it, and riversql_test.go checks it against that
+// River's own client: the same job row, the same notification, the same
+// queue row, and the River version in go.mod.
+//
+// Migrations 003, 005, 009 and 012 send the insert notification from SQL
+// functions too; shipped migrations are never edited, so they keep their
+// own copy, which the tests pin to NotifyInsert's topic and payload.
+package riversql
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RiverVersion is the River release (github.com/riverqueue/river) this
+// package was written and checked against. A test fails when go.mod names
+// another one, saying what to check again.
+const RiverVersion = "v0.51.2"
+
+// NotifyInsert is River's insert notification as an SQL expression, for
+// the queue in the column (or alias) named queue: pg_notify on the topic
+// river_insert, prefixed with the current schema and a dot when there is
+// one (the channel River's producers LISTEN on), with the payload
+// {"queue": name}. Producers of the queue then fetch at once instead of at
+// their next poll. Notifications are delivered on commit.
+const NotifyInsert = `pg_notify(coalesce(current_schema() || '.', '') || 'river_insert', json_build_object('queue', queue)::text)`
+
+// NotifyInsertQueues sends NotifyInsert once for each of the queues $1
+// (text[]) and returns how many it sent.
+const NotifyInsertQueues = `SELECT count(` + NotifyInsert + `) FROM unnest($1::text[]) AS q(queue)`
+
+// JobColumnList is the columns of river_job that riverbus sets when it
+// inserts a job, in the order of JobRow's values: River's own bulk insert's
+// (JobInsertFastMany) but created_at and scheduled_at, left to their
+// default, the database's now() (by which River's producers fetch, not a
+// host's clock), and unique_key and unique_states (riverbus's jobs are not
+// unique jobs).
+const JobColumnList = `args, kind, max_attempts, metadata, priority, queue, state, tags`
+
+// JobColumns is JobColumnList as a slice, for COPY.
+var JobColumns = strings.Split(JobColumnList, ", ")
+
+// JobRow is a job as riverbus inserts it: the values of JobColumns.
+// Metadata nil is stored as {}, Tags nil as no tags.
+type JobRow struct {
+	Args        []byte
+	Kind        string
+	MaxAttempts int16
+	Metadata    []byte
+	Priority    int16
+	Queue       string
+	// State is the job's state: available, or pending for an ordered
+	// pool's job waiting for its lane.
+	State string
+	Tags  []string
+}
+
+func (r *JobRow) values() []any {
+	metadata, tags := r.Metadata, r.Tags
+	if metadata == nil {
+		metadata = []byte("{}")
+	}
+	if tags == nil {
+		tags = []string{}
+	}
+	return []any{r.Args, r.Kind, r.MaxAttempts, metadata, r.Priority, r.Queue, r.State, tags}
+}
+
+// CopyJobs inserts n jobs into river_job with COPY, as River's
+// InsertManyFast does; row returns the i-th. It returns how many it
+// inserted. It sends no notification: see NotifyInsertQueues.
+func CopyJobs(ctx context.Context, tx pgx.Tx, n int, row func(i int) JobRow) (int64, error) {
+	return tx.CopyFrom(ctx, pgx.Identifier{"river_job"}, JobColumns, pgx.CopyFromSlice(n, func(i int) ([]any, error) {
+		r := row(i)
+		return r.values(), nil
+	}))
+}
+
+// QueueEnsure creates River's row for the queue $1 when it has none, as
+// River's producer does when it starts (QueueCreateOrSetUpdatedAt), but
+// leaves an existing row alone. River pauses and resumes only queues that
+// have a row.
+const QueueEnsure = `INSERT INTO river_queue (name, created_at, metadata, updated_at) VALUES ($1, now(), '{}', now())
+ON CONFLICT (name) DO NOTHING`

@@ -1,0 +1,261 @@
+package riversql_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/riversql"
+	"github.com/riverbus/riverbus/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// What to check again in River's source when go.mod moves to another
+// River: what this package copies of it.
+const recheck = `check riversql against the new River, then set RiverVersion:
+  - the insert notification: River's notifier topic (internal/notifier, NotificationTopicInsert),
+    its payload (Client.maybeNotifyInsertForQueues), the channel its Listener LISTENs on
+    (riverpgxv5 Listener.Connect/Listen): NotifyInsert, and migrations 003, 005, 009, 012;
+  - river_job's columns and defaults (riverpgxv5/migration/main) and River's bulk insert
+    (riverpgxv5 JobInsertFastManyNoReturning): JobColumnList, JobRow;
+  - river_queue and River's QueueCreateOrSetUpdatedAt: QueueEnsure;
+  - the river_job SQL elsewhere (workers/queries.go's JobRetry copy, the states in
+    internal/engine/queries.go and checkpoint/queries.go)`
+
+// The River in go.mod is the one this package was written against.
+func TestRiverVersion(t *testing.T) {
+	t.Parallel()
+	// Test binaries carry no dependencies in their build information: the
+	// module's go.mod says which River the build uses.
+	gomod, err := os.ReadFile(filepath.Join("..", "..", "go.mod"))
+	require.NoError(t, err)
+	require.Contains(t, string(gomod), "module github.com/riverbus/riverbus\n")
+	require.NotRegexp(t, `(?m)^replace .*riverqueue|^\s+github.com/riverqueue/\S+ =>`, string(gomod), "River is replaced: %s", recheck)
+	req := regexp.MustCompile(`(?m)^\s*(github\.com/riverqueue/river(?:/riverdriver|/riverdriver/riverpgxv5|/rivertype|/rivershared)?) (v\S+)`)
+	found := map[string]string{}
+	for _, m := range req.FindAllStringSubmatch(string(gomod), -1) {
+		found[m[1]] = m[2]
+	}
+	require.Contains(t, found, "github.com/riverqueue/river")
+	require.Contains(t, found, "github.com/riverqueue/river/riverdriver/riverpgxv5")
+	for path, v := range found {
+		require.Equal(t, riversql.RiverVersion, v, "go.mod requires %s %s, riversql was written for River %s: %s",
+			path, v, riversql.RiverVersion, recheck)
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if _, ok := found[dep.Path]; ok {
+				require.Equal(t, riversql.RiverVersion, dep.Version, "%s in the build: %s", dep.Path, recheck)
+			}
+		}
+	}
+}
+
+type testBundle struct {
+	db    *pgxpool.Pool
+	river *river.Client[pgx.Tx]
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := pgtest.NewPool(t)
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
+	require.NoError(t, err)
+	return &testBundle{db: db, river: client}
+}
+
+// listen returns River's own listener of its insert topic, as River's
+// producers use it: whatever it receives, they receive.
+func listen(t *testing.T, db *pgxpool.Pool, afterConnect string) riverdriver.Listener {
+	t.Helper()
+	ctx := context.Background()
+	l := riverpgxv5.New(db).GetListener(&riverdriver.GetListenenerParams{})
+	if afterConnect != "" {
+		l.SetAfterConnectExec(afterConnect)
+	}
+	require.NoError(t, l.Connect(ctx))
+	t.Cleanup(func() { _ = l.Close(ctx) })
+	require.NoError(t, l.Listen(ctx, "river_insert"))
+	return l
+}
+
+func next(t *testing.T, l riverdriver.Listener) *riverdriver.Notification {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := l.WaitForNotification(ctx)
+	require.NoError(t, err, "no insert notification on River's channel")
+	return n
+}
+
+type testArgs struct {
+	N int `json:"n"`
+}
+
+func (testArgs) Kind() string { return "riversql_test" }
+
+// A job inserted by CopyJobs is the row River's own bulk insert writes for
+// the same job, and NotifyInsertQueues sends the notification River sends,
+// on the channel River's producers listen on.
+func TestCopyJobsAndNotifyAreRiversInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	l := listen(t, b.db, "")
+	metadata := []byte(`{"riverbus_lane": "k"}`)
+
+	// River's insert.
+	tx, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = b.river.InsertManyFastTx(ctx, tx, []river.InsertManyParams{{Args: testArgs{N: 1},
+		InsertOpts: &river.InsertOpts{Queue: "q", MaxAttempts: 7, Priority: 3, Metadata: metadata}}})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	riverNote := next(t, l)
+
+	// Ours.
+	args, err := json.Marshal(testArgs{N: 1})
+	require.NoError(t, err)
+	tx, err = b.db.Begin(ctx)
+	require.NoError(t, err)
+	n, err := riversql.CopyJobs(ctx, tx, 1, func(int) riversql.JobRow {
+		return riversql.JobRow{Args: args, Kind: testArgs{}.Kind(), MaxAttempts: 7, Metadata: metadata, Priority: 3,
+			Queue: "q", State: "available"}
+	})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	var sent int64
+	require.NoError(t, tx.QueryRow(ctx, riversql.NotifyInsertQueues, []string{"q"}).Scan(&sent))
+	require.Equal(t, int64(1), sent)
+	require.NoError(t, tx.Commit(ctx))
+	ourNote := next(t, l)
+
+	require.Equal(t, riverNote.Topic, ourNote.Topic)
+	require.Equal(t, "river_insert", ourNote.Topic)
+	require.JSONEq(t, riverNote.Payload, ourNote.Payload)
+	require.JSONEq(t, `{"queue": "q"}`, ourNote.Payload)
+
+	// The rows are the same but for the id and the timestamps, which
+	// River takes from this host's clock and riverbus from the database's.
+	rows, err := b.db.Query(ctx, `SELECT to_jsonb(j) - 'id' - 'created_at' - 'scheduled_at',
+		created_at IS NOT NULL AND scheduled_at IS NOT NULL FROM river_job j ORDER BY id`)
+	require.NoError(t, err)
+	var got []string
+	var row string
+	var times bool
+	_, err = pgx.ForEachRow(rows, []any{&row, &times}, func() error {
+		require.True(t, times)
+		got = append(got, row)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.JSONEq(t, got[0], got[1], "River's job row, then riverbus's")
+}
+
+// With no current schema (an empty search_path), River's producers listen
+// on the bare topic, and that is where NotifyInsert sends.
+func TestNotifyInsertWithoutCurrentSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	l := listen(t, b.db, `SET search_path = ''`)
+	require.Empty(t, l.Schema())
+	conn, err := b.db.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET search_path = ''`)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, `RESET search_path`) }()
+	_, err = conn.Exec(ctx, riversql.NotifyInsertQueues, []string{"q"})
+	require.NoError(t, err)
+	n := next(t, l)
+	require.Equal(t, "river_insert", n.Topic)
+	require.JSONEq(t, `{"queue": "q"}`, n.Payload)
+}
+
+// QueueEnsure writes the row River's producer writes when it starts, and
+// leaves an existing row alone.
+func TestQueueEnsureIsRiversQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[testArgs]) error { return nil }))
+	client, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{
+		Queues:  map[string]river.QueueConfig{"q-river": {MaxWorkers: 1}},
+		Workers: workers,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(stopCtx))
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM river_queue WHERE name = 'q-river'`).Scan(&n))
+		if n == 1 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "River's producer did not create its queue row")
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	_, err = b.db.Exec(ctx, riversql.QueueEnsure, "q-ours")
+	require.NoError(t, err)
+	var riverRow, ourRow string
+	const row = `SELECT to_jsonb(q) - 'name' - 'created_at' - 'updated_at' FROM river_queue q WHERE name = $1`
+	require.NoError(t, b.db.QueryRow(ctx, row, "q-river").Scan(&riverRow))
+	require.NoError(t, b.db.QueryRow(ctx, row, "q-ours").Scan(&ourRow))
+	require.JSONEq(t, riverRow, ourRow)
+
+	// An existing queue is left as it is: paused stays paused.
+	_, err = b.db.Exec(ctx, `UPDATE river_queue SET paused_at = now() WHERE name = 'q-ours'`)
+	require.NoError(t, err)
+	_, err = b.db.Exec(ctx, riversql.QueueEnsure, "q-ours")
+	require.NoError(t, err)
+	q, err := b.river.QueueGet(ctx, "q-ours")
+	require.NoError(t, err)
+	require.NotNil(t, q.PausedAt)
+}
+
+// The migrations' SQL functions that wake River's producers (they cannot
+// use NotifyInsert: shipped migrations are not edited) send the same
+// topic and payload.
+func TestMigrationsNotifyAsRiver(t *testing.T) {
+	t.Parallel()
+	all, err := migrations.All()
+	require.NoError(t, err)
+	notify := regexp.MustCompile(`pg_notify\(([^;]*?)\)::text\)`)
+	want := regexp.MustCompile(`^pg_notify\(current_schema\(\) \|\| '\.river_insert', json_build_object\('queue', \w+\)::text\)$`)
+	var found []int
+	for _, m := range all {
+		for _, call := range notify.FindAllString(m.SQL, -1) {
+			if !strings.Contains(call, "river_insert") {
+				continue
+			}
+			require.Regexp(t, want, call, "migration %d", m.Version)
+			found = append(found, m.Version)
+		}
+	}
+	require.Equal(t, []int{3, 5, 9, 12}, found, "the migrations that send River's insert notification")
+	require.Contains(t, riversql.NotifyInsert, `'river_insert', json_build_object('queue', queue)::text)`)
+}
