@@ -41,4 +41,14 @@
 // horizon and the pool's cursor; a CheckpointHolder names the job that keeps
 // it from moving (a PoolJob, which may be a dead letter in a pool that
 // blocks on them). Package checkpoint explains the rest.
+//
+// # Job envelopes
+//
+// A pool job's args have one of four shapes, each one Go type: EventJob
+// (one event), GroupJob (a transaction group, or a part of one), and the
+// stubs a dead letter carries when its unit could never become a job
+// (EventJobStub, GroupJobStub). The fan-out builds them in Go and, for
+// plain pools, in SQL; a test pins the SQL to these types key for key.
+// Handlers embed EventJob or GroupJob through workers.Args and
+// workers.GroupArgs.
 package bustype

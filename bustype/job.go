@@ -1,6 +1,8 @@
 package bustype
 
 import (
+	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,9 +54,43 @@ type GroupJob struct {
 // Last reports whether the job holds the last events of its group.
 func (j GroupJob) Last() bool { return j.Part == j.Parts }
 
-// UndeliverableField is the args key that marks a dead-letter stub
-// (EventJobStub, GroupJobStub); its value is the reason.
-const UndeliverableField = "undeliverable"
+// AppendJSON appends to b the encoding json.Marshal gives j, but with
+// events in place of j.Events: the events already encoded by encoding/json
+// and separated by commas. The fan-out writes a group's jobs this way,
+// encoding each event once, as it is read.
+func (j GroupJob) AppendJSON(b, events []byte) []byte {
+	b = append(b, `{"global_sequence":`...)
+	b = strconv.AppendInt(b, j.GlobalSequence, 10)
+	b = append(b, `,"transaction_id":`...)
+	b = appendJSONString(b, j.TransactionID)
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, j.Key)
+	b = append(b, `,"events":[`...)
+	b = append(b, events...)
+	b = append(b, ']')
+	if j.Late {
+		b = append(b, `,"late":true`...)
+	}
+	b = append(b, `,"part":`...)
+	b = strconv.AppendInt(b, int64(j.Part), 10)
+	b = append(b, `,"parts":`...)
+	b = strconv.AppendInt(b, int64(j.Parts), 10)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as encoding/json encodes it: printable ASCII
+// but the characters it escapes as is, anything else through it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			enc, _ := json.Marshal(s) // a string always encodes
+			return append(b, enc...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
 
 // EventJobStub is the args of the dead letter of an EventJob that could not
 // become a job (an event nested deeper than encoding/json accepts, or an
@@ -69,7 +105,8 @@ type EventJobStub struct {
 	Tags           []string  `json:"tags"`
 	OccurredAt     time.Time `json:"occurred_at"`
 	Late           bool      `json:"late,omitempty"`
-	// Undeliverable is why the event could not become a job.
+	// Undeliverable is why the event could not become a job. Its key,
+	// "undeliverable", marks a stub in a dead letter's args.
 	Undeliverable string `json:"undeliverable"`
 }
 
@@ -86,6 +123,7 @@ type GroupJobStub struct {
 	Parts          int    `json:"parts"`
 	// Sequences are the global sequences of the job's events, in order.
 	Sequences []int64 `json:"sequences"`
-	// Undeliverable is why the group's job could not be inserted.
+	// Undeliverable is why the group's job could not be inserted. Its key,
+	// "undeliverable", marks a stub in a dead letter's args.
 	Undeliverable string `json:"undeliverable"`
 }

@@ -109,7 +109,7 @@ SELECT pool, lane FROM dl`
 // Dead letters of units the fan-out could not turn into jobs.
 const (
 	// sqlDeadLetterStubs reads, of the given dead letters, the stubs: args
-	// marked "undeliverable" (see internal/engine/insert.go).
+	// marked "undeliverable" (bustype.EventJobStub, bustype.GroupJobStub).
 	sqlDeadLetterStubs = `SELECT job_id, args FROM riverbus_dead_letter
 WHERE job_id = ANY($1::bigint[]) AND args ? 'undeliverable'`
 

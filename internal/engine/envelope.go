@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 
 	"github.com/riverbus/riverbus/bustype"
 )
@@ -30,28 +28,4 @@ func (j eventJob) encode() ([]byte, error) { return json.Marshal(bustype.EventJo
 func (j eventJob) stub(reason string) any {
 	return bustype.EventJobStub{GlobalSequence: j.GlobalSequence, EventID: j.EventID, Type: j.Type, Key: j.Key,
 		Tags: j.Tags, OccurredAt: j.OccurredAt, Late: j.Late, Undeliverable: reason}
-}
-
-// groupJobFrame returns the JSON of a part of a group around its events:
-// j's own encoding (encoding/json's, with j.Events nil) cut where the
-// events go. head ends with the events' opening bracket, tail starts with
-// the closing one; the part's JSON is head, its encoded events separated by
-// commas, then tail. So a group's events are encoded once, one by one, as
-// they are read, and what surrounds them is GroupJob's encoding.
-func groupJobFrame(j bustype.GroupJob) (head, tail []byte, err error) {
-	j.Events = nil
-	enc, err := json.Marshal(j)
-	if err != nil {
-		return nil, nil, err
-	}
-	// Inside an encoded string every quote is escaped, so this matches
-	// the events field only.
-	const events = `"events":null`
-	i := bytes.Index(enc, []byte(events))
-	if i < 0 {
-		return nil, nil, errors.New("GroupJob's encoding has no events field")
-	}
-	head = append(enc[:i:i], `"events":[`...)
-	tail = append([]byte{']'}, enc[i+len(events):]...)
-	return head, tail, nil
 }

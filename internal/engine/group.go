@@ -43,10 +43,11 @@ var (
 )
 
 // groupPart is the job of one part of a transaction group: its args
-// (bustype.GroupJob), encoded once while the group is read, so a big
-// transaction is held in memory as JSON only.
+// (bustype.GroupJob), its events encoded once while the group is read, so
+// a big transaction is held in memory as JSON only.
 type groupPart struct {
-	json []byte
+	json   []byte
+	events []byte // the encoded events, until json is written
 	// err is why the part cannot be encoded (an event Go's encoder
 	// refuses); encode returns it.
 	err error
@@ -177,7 +178,7 @@ type groupBuilder struct {
 	late            bool
 
 	parts []*groupPart
-	cur   *bytes.Buffer // the JSON of the part being filled, up to its events
+	cur   *bytes.Buffer // the encoded events of the part being filled
 }
 
 func (b *groupBuilder) add(e *event) {
@@ -208,14 +209,9 @@ func (b *groupBuilder) add(e *event) {
 
 // start opens a part whose first event is seq.
 func (b *groupBuilder) start(seq int64) {
-	p := &groupPart{job: bustype.GroupJob{GlobalSequence: seq, TransactionID: b.txid, Key: b.key, Late: b.late},
-		sequences: []int64{seq}}
-	b.parts = append(b.parts, p)
-	head, _, err := groupJobFrame(p.job)
-	if err != nil {
-		p.err = fmt.Errorf("encode transaction %s: %w", b.txid, err)
-	}
-	b.cur = bytes.NewBuffer(head)
+	b.parts = append(b.parts, &groupPart{job: bustype.GroupJob{GlobalSequence: seq, TransactionID: b.txid, Key: b.key, Late: b.late},
+		sequences: []int64{seq}})
+	b.cur = &bytes.Buffer{}
 }
 
 // close ends the events of the part being filled.
@@ -223,7 +219,7 @@ func (b *groupBuilder) close() {
 	if b.cur == nil {
 		return
 	}
-	b.parts[len(b.parts)-1].json = b.cur.Bytes()
+	b.parts[len(b.parts)-1].events = b.cur.Bytes()
 	b.cur = nil
 }
 
@@ -234,12 +230,9 @@ func (b *groupBuilder) finish() []unit {
 	for i, a := range b.parts {
 		a.job.Part, a.job.Parts = i+1, len(b.parts)
 		if a.err == nil {
-			_, tail, err := groupJobFrame(a.job)
-			a.json, a.err = append(a.json, tail...), err
+			a.json = a.job.AppendJSON(make([]byte, 0, len(a.events)+len(a.job.TransactionID)+len(a.job.Key)+96), a.events)
 		}
-		if a.err != nil {
-			a.json = nil
-		}
+		a.events = nil
 		units[i] = unit{args: *a, first: a.sequences[0], lane: b.lane, late: b.late}
 	}
 	return units
