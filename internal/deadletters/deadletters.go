@@ -224,7 +224,7 @@ func retry(ctx context.Context, tx pgx.Tx, jobLockQuery, lockQuery string, arg a
 	}
 
 	if len(requeueIDs) > 0 {
-		tag, err := tx.Exec(ctx, sqlJobRequeue, requeueIDs, requeueRanks)
+		tag, err := tx.Exec(ctx, riversql.JobRetryDiscarded, requeueIDs, requeueRanks)
 		if err != nil {
 			return nil, fmt.Errorf("requeue jobs: %w", err)
 		}

@@ -45,23 +45,6 @@ FOR UPDATE`
 	// sqlJobExisting returns which of the given jobs still exist.
 	sqlJobExisting = `SELECT coalesce(array_agg(id), '{}') FROM river_job WHERE id = ANY($1::bigint[])`
 
-	// sqlJobRequeue does what River's JobRetry query does
-	// (riverdriver/riverpgxv5/internal/dbsqlc/river_job.sql) to discarded
-	// jobs: available again, one more attempt if all were used, not
-	// finalized, no pending cancellation. Attempt and errors are kept, as
-	// River keeps them. Instead of now() for all, scheduled_at is now() plus
-	// the job's rank in microseconds, so River, which fetches by priority,
-	// scheduled_at and id, works them in the order given.
-	sqlJobRequeue = `UPDATE river_job j
-SET state = 'available',
-	max_attempts = CASE WHEN j.attempt = j.max_attempts THEN j.max_attempts + 1 ELSE j.max_attempts END,
-	finalized_at = NULL,
-	metadata = j.metadata - 'cancel_attempted_at',
-	scheduled_at = now() + u.rank * interval '1 microsecond'
-FROM unnest($1::bigint[], $2::int[]) AS u(id, rank)
-WHERE j.id = u.id AND j.state = 'discarded'
-RETURNING j.id`
-
 	// sqlJobReinsert inserts a new available job for each dead letter whose
 	// river_job row is gone, with the kind, queue, args, max attempts and
 	// priority the dead letter kept. The new job's metadata names the job it

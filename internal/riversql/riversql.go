@@ -83,6 +83,23 @@ func CopyJobs(ctx context.Context, tx pgx.Tx, n int, row func(i int) JobRow) (in
 	}))
 }
 
+// JobRetryDiscarded does to the discarded jobs $1 (bigint[]) what River's
+// JobRetry does to a discarded job: available again, one more attempt if
+// all were used, not finalized, no pending cancellation; attempt and errors
+// are kept, as River keeps them. Instead of now() for all, scheduled_at is
+// now() plus the job's rank in $2 (int[]) in microseconds, so that River,
+// which fetches by priority, scheduled_at and id, works them in the order
+// given. It returns the ids of the jobs it put back to work.
+const JobRetryDiscarded = `UPDATE river_job j
+SET state = 'available',
+	max_attempts = CASE WHEN j.attempt = j.max_attempts THEN j.max_attempts + 1 ELSE j.max_attempts END,
+	finalized_at = NULL,
+	metadata = j.metadata - 'cancel_attempted_at',
+	scheduled_at = now() + u.rank * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::int[]) AS u(id, rank)
+WHERE j.id = u.id AND j.state = 'discarded'
+RETURNING j.id`
+
 // QueueEnsure creates River's row for the queue $1 when it has none, as
 // River's producer does when it starts (QueueCreateOrSetUpdatedAt), but
 // leaves an existing row alone. River pauses and resumes only queues that

@@ -34,8 +34,9 @@ const recheck = `check riversql against the new River, then set RiverVersion:
   - river_job's columns and defaults (riverpgxv5/migration/main) and River's bulk insert
     (riverpgxv5 JobInsertFastManyNoReturning): JobColumnList, JobRow;
   - river_queue and River's QueueCreateOrSetUpdatedAt: QueueEnsure;
-  - the river_job SQL elsewhere (workers/queries.go's JobRetry copy, the states in
-    internal/engine/queries.go and checkpoint/queries.go)`
+  - River's JobRetry (riverpgxv5/internal/dbsqlc/river_job.sql): JobRetryDiscarded;
+  - the river_job reads elsewhere (job states in internal/engine/queries.go,
+    checkpoint/queries.go, workers/queries.go)`
 
 // The River in go.mod is the one this package was written against.
 func TestRiverVersion(t *testing.T) {
@@ -187,6 +188,37 @@ func TestNotifyInsertWithoutCurrentSchema(t *testing.T) {
 	n := next(t, l)
 	require.Equal(t, "river_insert", n.Topic)
 	require.JSONEq(t, `{"queue": "q"}`, n.Payload)
+}
+
+// JobRetryDiscarded does to a discarded job what River's JobRetry does.
+func TestJobRetryDiscardedIsRiversJobRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	// Two discarded jobs alike but for their ids (one statement: one now()).
+	rows, err := b.db.Query(ctx, `INSERT INTO river_job (args, kind, max_attempts, metadata, priority, queue,
+		state, attempt, attempted_at, attempted_by, errors, finalized_at)
+		SELECT '{"n": 1}', 'riversql_test', 2, '{"cancel_attempted_at": "2026-01-01T00:00:00Z", "x": 1}', 2, 'q',
+			'discarded', 2, now(), '{host}', ARRAY['{"at": "2026-01-01T00:00:00Z", "attempt": 2, "error": "boom", "trace": ""}'::jsonb],
+			now()
+		FROM generate_series(1, 2) RETURNING id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	_, err = b.river.JobRetry(ctx, ids[0])
+	require.NoError(t, err)
+	rows, err = b.db.Query(ctx, riversql.JobRetryDiscarded, []int64{ids[1]}, []int32{0})
+	require.NoError(t, err)
+	retried, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids[1]}, retried)
+
+	var riverRow, ourRow string
+	const row = `SELECT to_jsonb(j) - 'id' - 'scheduled_at' FROM river_job j WHERE id = $1`
+	require.NoError(t, b.db.QueryRow(ctx, row, ids[0]).Scan(&riverRow))
+	require.NoError(t, b.db.QueryRow(ctx, row, ids[1]).Scan(&ourRow))
+	require.JSONEq(t, riverRow, ourRow)
+	require.Contains(t, ourRow, `"state": "available"`)
 }
 
 // QueueEnsure writes the row River's producer writes when it starts, and
