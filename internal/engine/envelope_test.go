@@ -35,13 +35,14 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	kinds := map[string]bustype.PoolParams{
-		"plain":         {},
-		"typed":         {EventTypes: []string{"order.placed", "deep"}},
-		"tagged":        {Tags: []string{"tenant=acme"}},
-		"keyed":         {Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterRelease},
-		"global":        {Ordering: bustype.OrderingGlobal, OnDeadLetter: bustype.DeadLetterRelease},
-		"grouped":       {Grouping: bustype.GroupTransaction},
-		"grouped-keyed": {Grouping: bustype.GroupTransaction, Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterRelease},
+		"plain":          {},
+		"typed":          {EventTypes: []string{"order.placed", "deep"}},
+		"tagged":         {Tags: []string{"tenant=acme"}},
+		"keyed":          {Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterRelease},
+		"global":         {Ordering: bustype.OrderingGlobal, OnDeadLetter: bustype.DeadLetterRelease},
+		"grouped":        {Grouping: bustype.GroupTransaction},
+		"grouped-keyed":  {Grouping: bustype.GroupTransaction, Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterRelease},
+		"grouped-global": {Grouping: bustype.GroupTransaction, Ordering: bustype.OrderingGlobal, OnDeadLetter: bustype.DeadLetterRelease},
 	}
 	plainPools := []string{"plain", "typed", "tagged"}
 	for name, p := range kinds {
@@ -244,7 +245,7 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, res, 2, pool)
 	}
-	for _, pool := range []string{"tagged", "global", "grouped-keyed"} {
+	for _, pool := range []string{"tagged", "global", "grouped-keyed", "grouped-global"} {
 		tag, err := b.db.Exec(ctx, `UPDATE river_job SET state = 'available', finalized_at = NULL
 			WHERE kind = $1 AND state = 'discarded' AND args ? 'undeliverable'`, pool)
 		require.NoError(t, err)
