@@ -35,8 +35,9 @@ const recheck = `check riversql against the new River, then set RiverVersion:
     (riverpgxv5 JobInsertFastManyNoReturning): JobColumnList, JobRow;
   - river_queue and River's QueueCreateOrSetUpdatedAt: QueueEnsure;
   - River's JobRetry (riverpgxv5/internal/dbsqlc/river_job.sql): JobRetryDiscarded;
-  - the river_job reads elsewhere (job states in internal/engine/queries.go,
-    checkpoint/queries.go, workers/queries.go)`
+  - the SQL that reads or updates river_job elsewhere (its states and columns): the
+    queries.go of internal/lanes, internal/deadletters, internal/checkpoints,
+    internal/pools and the root package, workers/exactlyonce.go`
 
 // The River in go.mod is the one this package was written against.
 func TestRiverVersion(t *testing.T) {
