@@ -67,7 +67,7 @@ func TestClientDeadLetters(t *testing.T) {
 	require.Equal(t, int64(1), dl.GlobalSequence)
 	require.Equal(t, "card declined", dl.LastError)
 	require.True(t, dl.JobExists)
-	require.Equal(t, rivertype.JobStateDiscarded, dl.JobState)
+	require.Equal(t, bustype.JobStateDiscarded, dl.JobState)
 	_, err = client.DeadLetterGet(ctx, second+1)
 	require.ErrorIs(t, err, bustype.ErrDeadLetterNotFound)
 
@@ -133,7 +133,7 @@ func TestClientCheckpoints(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, held, h.ID)
 	require.Equal(t, int64(1), h.Sequence)
-	require.Equal(t, rivertype.JobStateRetryable, h.State)
+	require.Equal(t, bustype.JobStateRetryable, h.State)
 	require.Equal(t, "card declined", h.LastError)
 
 	// The wait ends with its context while event 1 is unfinished, and as

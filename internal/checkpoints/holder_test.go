@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
@@ -49,7 +48,7 @@ func TestGetHolder(t *testing.T) {
 	require.NotNil(t, h)
 	require.Equal(t, ids[0], h.ID)
 	require.Equal(t, int64(5), h.Sequence)
-	require.Equal(t, rivertype.JobStateRetryable, h.State)
+	require.Equal(t, bustype.JobStateRetryable, h.State)
 	require.Equal(t, 2, h.Attempt)
 	require.Equal(t, 3, h.MaxAttempts)
 	require.Equal(t, "charge failed: \x1b[31mred\x1b[0m", h.LastError, "the last attempt's error, as the handler wrote it")
@@ -65,7 +64,7 @@ func TestGetHolder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ids[1], h.ID)
 	require.Equal(t, int64(7), h.Sequence)
-	require.Equal(t, rivertype.JobStateAvailable, h.State)
+	require.Equal(t, bustype.JobStateAvailable, h.State)
 	require.Empty(t, h.LastError)
 }
 
@@ -108,7 +107,7 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pending, h.ID)
 	require.Equal(t, int64(2), h.Sequence)
-	require.Equal(t, rivertype.JobStatePending, h.State)
+	require.Equal(t, bustype.JobStatePending, h.State)
 	require.NotNil(t, h.LaneBlocker)
 	b := h.LaneBlocker
 	require.True(t, b.DeadLetter)

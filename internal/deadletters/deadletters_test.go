@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
@@ -421,7 +422,7 @@ func TestRiverJobRetryRemovesDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	job, err := client.JobRetry(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, bustype.JobStateAvailable, job.State)
+	require.Equal(t, rivertype.JobStateAvailable, job.State)
 	require.Empty(t, listDeadLetters(t, db, "pa"))
 
 	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, id)
@@ -469,7 +470,7 @@ func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
 
 			job, err := client.JobRetryTx(ctx, tx, id)
 			require.NoError(t, err, "River's retry")
-			require.Equal(t, bustype.JobStateAvailable, job.State)
+			require.Equal(t, rivertype.JobStateAvailable, job.State)
 			require.NoError(t, tx.Commit(ctx))
 			require.ErrorIs(t, <-done, bustype.ErrDeadLetterNotFound, "the dead letter was retried by River first")
 			j, exists := jobtest.GetJob(t, db, id)
