@@ -63,7 +63,8 @@ func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 
 type app struct {
 	stdout, stderr io.Writer
-	cfg            *config.Config
+	cfg            *config.Config // the environment's values, then the flags'
+	envErr         error          // a variable that did not parse
 	logger         *slog.Logger
 	riverLogger    *slog.Logger // River's info logs are one line per job: warn and up only
 	databaseURL    string       // --database-url, overrides the environment
@@ -77,6 +78,10 @@ type usageError struct {
 func (e *usageError) Error() string { return e.err.Error() }
 
 func (a *app) rootCommand() *cobra.Command {
+	// Read once, before the flags are made: the values read are their
+	// defaults. A variable that does not parse fails the command (after
+	// --help, which still works) in PersistentPreRunE.
+	a.cfg, a.envErr = config.Read()
 	root := &cobra.Command{
 		Use:   "riverbus",
 		Short: "Gap-safe, leaderless fan-out of PostgreSQL events into River jobs",
@@ -84,24 +89,22 @@ func (a *app) rootCommand() *cobra.Command {
 per consumer pool, and lets any number of worker processes share them.
 
 Configuration comes from RIVERBUS_* environment variables (and DATABASE_URL);
-flags override them. See the README's configuration table.`,
+flags override them. Each command has the flags of the settings it uses (see
+its --help, and the README's configuration table).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			flags := map[string]string{}
-			for _, s := range config.Settings() {
-				if f := cmd.Flags().Lookup(s.Flag); f != nil && f.Changed {
-					flags[s.Flag] = f.Value.String()
-				}
+			if a.envErr != nil {
+				return &usageError{cmd: cmd, err: a.envErr}
 			}
-			cfg, err := config.LoadWithFlags(flags)
-			if err != nil {
+			cfg := a.cfg
+			cfg.UIAllowedHosts = config.TrimList(cfg.UIAllowedHosts) // --ui-allowed-hosts "a, b"
+			if err := cfg.Validate(); err != nil {
 				return &usageError{cmd: cmd, err: err}
 			}
 			if a.databaseURL != "" {
 				cfg.DatabaseURL = a.databaseURL
 			}
-			a.cfg = cfg
 			level, _ := config.ParseLogLevel(cfg.LogLevel)
 			opts := &slog.HandlerOptions{Level: level}
 			riverOpts := &slog.HandlerOptions{Level: max(level, slog.LevelWarn)}
@@ -115,24 +118,11 @@ flags override them. See the README's configuration table.`,
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &usageError{cmd: cmd, err: err}
-	})
-	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $DATABASE_URL or $RIVERBUS_DATABASE_URL)")
-	// Every other setting: a flag that overrides its RIVERBUS_ variable.
-	for _, s := range config.Settings() {
-		if s.Env == "DATABASE_URL" {
-			continue
-		}
-		usage := s.Desc + " (env " + config.Prefix + "_" + s.Env + ")"
-		root.PersistentFlags().String(s.Flag, "", usage)
-		if s.Default != "" {
-			root.PersistentFlags().Lookup(s.Flag).DefValue = s.Default
-		}
-	}
-	root.AddCommand(
+	root.SetFlagErrorFunc(flagError)
+	a.logFlags(root.PersistentFlags())
+	// Every command but dev connects to a database.
+	connecting := []*cobra.Command{
 		a.migrateCommand(),
-		a.devCommand(),
 		a.poolCommand(),
 		a.fanoutCommand(),
 		a.runCommand(),
@@ -144,7 +134,12 @@ flags override them. See the README's configuration table.`,
 		a.dlqCommand(),
 		a.appendCommand(),
 		a.repairCommand(),
-	)
+	}
+	for _, c := range connecting {
+		a.databaseFlag(c.PersistentFlags())
+	}
+	root.AddCommand(connecting...)
+	root.AddCommand(a.devCommand())
 	return root
 }
 

@@ -51,9 +51,13 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{[]string{"pool", "update", "pp", "--on-dead-letter", "explode"}, `on dead letter must be release or block, got "explode"`},
 		{[]string{"append", "--type", "order.placed", "--data", `{"order":`}, "Data must be valid JSON"},
 		{[]string{"append", "--type", "order.placed", "--tag", "novalue", "--data", `{}`}, "Tags[0] must be name=value"},
-		{[]string{"status", "--batch-size", "lots"}, `invalid --batch-size="lots"`},
-		{[]string{"pool", "list", "--gap-timeout", "-1s"}, "RIVERBUS_GAP_TIMEOUT (--gap-timeout) must be positive, got -1s"},
-		{[]string{"status", "--watch", "soon"}, `invalid argument "soon" for "--watch" flag`},
+		{[]string{"fanout", "--batch-size", "lots"}, `invalid argument "lots" for "--batch-size" flag: want a whole number`},
+		{[]string{"run", "--gap-timeout", "soon"}, `invalid argument "soon" for "--gap-timeout" flag: want a duration such as 5s or 250ms`},
+		{[]string{"fanout", "--gap-timeout", "-1s"}, "RIVERBUS_GAP_TIMEOUT (--gap-timeout) must be positive, got -1s"},
+		{[]string{"ui", "--ui-addr", "nonsense"}, "RIVERBUS_UI_ADDR (--ui-addr) must be host:port"},
+		{[]string{"pool", "list", "--gap-timeout", "1s"}, "unknown flag: --gap-timeout"},
+		{[]string{"status", "--watch", "soon"}, `invalid argument "soon" for "--watch" flag: want a duration such as 5s or 250ms`},
+		{[]string{"pool", "create", "pp", "--priority", "high"}, `invalid argument "high" for "--priority" flag: want a whole number`},
 		{[]string{"run", "--demo-rate", "-1"}, "--demo-rate must be between 0 and 10000, got -1"},
 	} {
 		if tc.args[0] == "pool" && tc.args[1] == "update" {

@@ -14,14 +14,15 @@ import (
 )
 
 func (a *app) fanoutCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "fanout",
 		Short: "Advance the horizon and turn events into pool jobs until SIGINT/SIGTERM",
 		Long: `Runs the horizon and the fan-out of every active pool. Run as many as you like:
 instances share the work through row and advisory locks, no leader needed.
 A database outage is logged and retried with backoff.`,
-		Example: `  RIVERBUS_GAP_TIMEOUT=10s riverbus fanout`,
-		Args:    exactArgs(0, "no arguments"),
+		Example: `  RIVERBUS_GAP_TIMEOUT=10s riverbus fanout
+  riverbus fanout --gap-timeout 10s --batch-size 500`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			u, err := a.requireURL()
 			if err != nil {
@@ -45,6 +46,8 @@ A database outage is logged and retried with backoff.`,
 			return err
 		},
 	}
+	a.fanoutFlags(cmd)
+	return cmd
 }
 
 // runFanout runs the fan-out and the checkpoint advancer until ctx ends.

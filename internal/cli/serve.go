@@ -96,7 +96,7 @@ func listenerURL(ln net.Listener, path string) string {
 }
 
 func (a *app) uiCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve River UI (and metrics) for the database",
 		Long: `Serves River UI on RIVERBUS_UI_ADDR (default 127.0.0.1:8080) and the metrics
@@ -146,4 +146,6 @@ without them is refused.`,
 			return g.Wait()
 		},
 	}
+	a.serveFlags(cmd)
+	return cmd
 }

@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +21,8 @@ import (
 const Prefix = "RIVERBUS"
 
 // Config is the whole process configuration. The README's configuration
-// table lists these fields; a test keeps the two in step.
+// table lists these fields, with the commands whose flags override them
+// (internal/cli renders it; a test there keeps the two in step).
 //
 // Each envconfig tag is the full variable name, prefix included, and the
 // struct is processed without a prefix: envconfig falls back from
@@ -53,11 +53,60 @@ type Config struct {
 
 // Load reads the configuration from the environment and validates it. Its
 // error names the offending variable.
-func Load() (*Config, error) { return LoadWithFlags(nil) }
+func Load() (*Config, error) {
+	c, err := Read()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Read reads the configuration from the environment without validating it:
+// the command line takes its values as the defaults of its flags and
+// validates once the flags are parsed, so a flag can override a variable.
+// Its error names a variable whose value does not parse; the Config it
+// returns then holds what was read before that variable.
+func Read() (*Config, error) {
+	var c Config
+	// No prefix here: the tags carry it (see Config).
+	if err := envconfig.Process("", &c); err != nil {
+		var perr *envconfig.ParseError
+		if errors.As(err, &perr) {
+			want := perr.TypeName
+			switch perr.TypeName {
+			case "time.Duration":
+				want = "duration such as 5s or 250ms"
+			case "int":
+				want = "whole number"
+			}
+			return &c, fmt.Errorf("invalid %s=%q: want a %s", perr.KeyName, perr.Value, want)
+		}
+		return &c, fmt.Errorf("read configuration: %w", err)
+	}
+	if _, ok := os.LookupEnv(Prefix + "_DATABASE_URL"); !ok {
+		c.DatabaseURL = os.Getenv("DATABASE_URL")
+	}
+	c.UIAllowedHosts = TrimList(c.UIAllowedHosts)
+	return &c, nil
+}
+
+// TrimList trims each item and drops the empty ones: "a, b," is a and b.
+func TrimList(items []string) []string {
+	var out []string
+	for _, item := range items {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
 
 // Setting describes one configuration field: its environment variable
 // (without the prefix), the command-line flag that overrides it, its
-// default and its description.
+// default and its description, from the field's tags.
 type Setting struct {
 	Env, Flag, Default, Desc string
 }
@@ -69,72 +118,30 @@ func Settings() []Setting {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		env := strings.TrimPrefix(f.Tag.Get("envconfig"), Prefix+"_")
-		out[i] = Setting{Env: env, Flag: strings.ToLower(strings.ReplaceAll(env, "_", "-")),
+		out[i] = Setting{Env: env, Flag: flagName(env),
 			Default: f.Tag.Get("default"), Desc: f.Tag.Get("desc")}
 	}
 	return out
 }
 
-// LoadWithFlags is Load with command-line flags overriding the environment:
-// flags maps a Setting's Flag to its value. The error names the flag or the
-// variable.
-func LoadWithFlags(flags map[string]string) (*Config, error) {
-	var c Config
-	// No prefix here: the tags carry it (see Config).
-	if err := envconfig.Process("", &c); err != nil {
-		var perr *envconfig.ParseError
-		if errors.As(err, &perr) {
-			return nil, fmt.Errorf("invalid %s=%q: want a %s", perr.KeyName, perr.Value, perr.TypeName)
-		}
-		return nil, fmt.Errorf("read configuration: %w", err)
-	}
-	if _, ok := os.LookupEnv(Prefix + "_DATABASE_URL"); !ok {
-		c.DatabaseURL = os.Getenv("DATABASE_URL")
-	}
-	v := reflect.ValueOf(&c).Elem()
-	for i, s := range Settings() {
-		raw, ok := flags[s.Flag]
-		if !ok {
-			continue
-		}
-		field := v.Field(i)
-		switch field.Interface().(type) {
-		case time.Duration:
-			d, err := time.ParseDuration(raw)
-			if err != nil {
-				return nil, fmt.Errorf("invalid --%s=%q: want a duration such as 5s or 250ms", s.Flag, raw)
-			}
-			field.SetInt(int64(d))
-		case int:
-			n, err := strconv.Atoi(raw)
-			if err != nil {
-				return nil, fmt.Errorf("invalid --%s=%q: want a whole number", s.Flag, raw)
-			}
-			field.SetInt(int64(n))
-		case []string:
-			var list []string
-			for _, item := range strings.Split(raw, ",") {
-				if item = strings.TrimSpace(item); item != "" {
-					list = append(list, item)
-				}
-			}
-			field.Set(reflect.ValueOf(list))
-		default:
-			field.SetString(raw)
+// SettingOf returns the Setting of the variable env (without the prefix),
+// or false when no field has it.
+func SettingOf(env string) (Setting, bool) {
+	for _, s := range Settings() {
+		if s.Env == env {
+			return s, true
 		}
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return Setting{}, false
 }
+
+// flagName is the flag of a variable: GAP_TIMEOUT is --gap-timeout.
+func flagName(env string) string { return strings.ToLower(strings.ReplaceAll(env, "_", "-")) }
 
 // Validate checks every field and names the variable (RIVERBUS_X, or flag
 // --x) of the first bad one.
 func (c *Config) Validate() error {
-	v := func(name string) string {
-		return Prefix + "_" + name + " (--" + strings.ToLower(strings.ReplaceAll(name, "_", "-")) + ")"
-	}
+	v := func(name string) string { return Prefix + "_" + name + " (--" + flagName(name) + ")" }
 	switch {
 	case c.GapTimeout <= 0:
 		return fmt.Errorf("%s must be positive, got %s", v("GAP_TIMEOUT"), c.GapTimeout)
@@ -180,23 +187,4 @@ func ParseLogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("want debug, info, warn or error, got %q", s)
 	}
 	return l, nil
-}
-
-// MarkdownTable renders the configuration as the README's table: one row
-// per variable with its flag, default and description, from the struct tags.
-func MarkdownTable() string {
-	var b strings.Builder
-	b.WriteString("| variable | flag | default | meaning |\n| --- | --- | --- | --- |\n")
-	for _, s := range Settings() {
-		name, flag := "`"+Prefix+"_"+s.Env+"`", "`--"+s.Flag+"`"
-		if s.Env == "DATABASE_URL" {
-			name = "`DATABASE_URL` or " + name
-		}
-		def := "(empty)"
-		if s.Default != "" {
-			def = "`" + s.Default + "`"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, flag, def, s.Desc)
-	}
-	return b.String()
 }

@@ -2,24 +2,12 @@ package config_test
 
 import (
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/internal/config"
 )
-
-// The README's configuration table is generated from the struct; this keeps
-// the two in step. To update the README, paste the output of
-// config.MarkdownTable() (go test prints it on failure).
-func TestREADMETableMatchesStruct(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
-	table := config.MarkdownTable()
-	require.True(t, strings.Contains(string(readme), table),
-		"README.md's configuration table is out of date; replace it with:\n\n%s", table)
-}
 
 func TestLoadDefaults(t *testing.T) {
 	for _, k := range []string{"DATABASE_URL", "RIVERBUS_DATABASE_URL", "RIVERBUS_GAP_TIMEOUT", "RIVERBUS_BATCH_SIZE"} {
@@ -68,19 +56,31 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 	}
 }
 
-func TestFlagsOverrideTheEnvironment(t *testing.T) {
+// Read takes what parses without validating it: the command line's flags
+// may still override a value Validate would refuse.
+func TestReadDoesNotValidate(t *testing.T) {
 	t.Setenv("RIVERBUS_GAP_TIMEOUT", "7s")
-	t.Setenv("RIVERBUS_BATCH_SIZE", "10")
-	c, err := config.LoadWithFlags(map[string]string{"gap-timeout": "250ms", "log-level": "debug"})
+	t.Setenv("RIVERBUS_BATCH_SIZE", "0")
+	c, err := config.Read()
 	require.NoError(t, err)
-	require.Equal(t, "250ms", c.GapTimeout.String())
-	require.Equal(t, 10, c.BatchSize, "unset flags keep the environment's value")
-	require.Equal(t, "debug", c.LogLevel)
-
-	_, err = config.LoadWithFlags(map[string]string{"gap-timeout": "soon"})
-	require.ErrorContains(t, err, `invalid --gap-timeout="soon"`)
-	_, err = config.LoadWithFlags(map[string]string{"batch-size": "0"})
+	require.Equal(t, "7s", c.GapTimeout.String())
+	require.Equal(t, 0, c.BatchSize)
+	require.ErrorContains(t, c.Validate(), "RIVERBUS_BATCH_SIZE (--batch-size) must be between 1 and 100000, got 0")
+	_, err = config.Load()
 	require.ErrorContains(t, err, "RIVERBUS_BATCH_SIZE (--batch-size) must be between 1 and 100000, got 0")
+
+	t.Setenv("RIVERBUS_BATCH_SIZE", "many")
+	_, err = config.Read()
+	require.ErrorContains(t, err, `invalid RIVERBUS_BATCH_SIZE="many"`)
+}
+
+func TestSettingOf(t *testing.T) {
+	s, ok := config.SettingOf("GAP_TIMEOUT")
+	require.True(t, ok)
+	require.Equal(t, config.Setting{Env: "GAP_TIMEOUT", Flag: "gap-timeout", Default: "5s", Desc: s.Desc}, s)
+	require.NotEmpty(t, s.Desc)
+	_, ok = config.SettingOf("NO_SUCH")
+	require.False(t, ok)
 }
 
 // Only RIVERBUS_-prefixed variables configure riverbus: an unrelated
