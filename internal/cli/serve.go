@@ -24,7 +24,7 @@ func (a *app) listeners(withUI bool) (uiLn, metricsLn net.Listener, err error) {
 			return nil, nil, err
 		}
 		if uiLn, err = net.Listen("tcp", a.cfg.UIAddr); err != nil {
-			return nil, nil, fmt.Errorf("River UI: listen on %s (RIVERBUS_UI_ADDR): %w", a.cfg.UIAddr, err)
+			return nil, nil, fmt.Errorf("River UI: listen on %s (RIVERBUS_UI_ADDR or --ui-addr): %w", a.cfg.UIAddr, err)
 		}
 	}
 	if a.cfg.MetricsAddr != "" {
@@ -38,7 +38,7 @@ func (a *app) listeners(withUI bool) (uiLn, metricsLn net.Listener, err error) {
 			if uiLn != nil {
 				uiLn.Close()
 			}
-			return nil, nil, fmt.Errorf("metrics: listen on %s (RIVERBUS_METRICS_ADDR): %w", a.cfg.MetricsAddr, err)
+			return nil, nil, fmt.Errorf("metrics: listen on %s (RIVERBUS_METRICS_ADDR or --metrics-addr): %w", a.cfg.MetricsAddr, err)
 		}
 	}
 	return uiLn, metricsLn, nil
@@ -99,11 +99,12 @@ func (a *app) uiCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve River UI (and metrics) for the database",
-		Long: `Serves River UI on RIVERBUS_UI_ADDR (default 127.0.0.1:8080) and the metrics
-endpoint on RIVERBUS_METRICS_ADDR. With RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD
-set, the UI requires HTTP basic auth; binding anything but a loopback address
-without them is refused.`,
+		Long: `Serves River UI on --ui-addr (RIVERBUS_UI_ADDR, default 127.0.0.1:8080) and the
+metrics endpoint on --metrics-addr (RIVERBUS_METRICS_ADDR). With a user and a
+password set (RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD), the UI requires HTTP
+basic auth; binding anything but a loopback address without them is refused.`,
 		Example: `  riverbus ui
+  riverbus ui --ui-addr 127.0.0.1:8181 --metrics-addr ""
   RIVERBUS_UI_ADDR=0.0.0.0:8080 RIVERBUS_UI_USER=ops RIVERBUS_UI_PASSWORD=... riverbus ui`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
