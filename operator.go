@@ -227,3 +227,13 @@ func (c *Client) HorizonRepair(ctx context.Context) (HorizonRepairResult, error)
 	r, err := horizon.Repair(ctx, c.db)
 	return HorizonRepairResult{Created: r.Created, Horizon: r.Horizon}, err
 }
+
+// Horizon returns the horizon: every event at or below it has committed or
+// never will, and pools have read (or are about to read) up to it.
+func (c *Client) Horizon(ctx context.Context) (int64, error) {
+	h, err := horizon.Get(ctx, c.db)
+	if err != nil {
+		return 0, err
+	}
+	return h.Horizon, nil
+}

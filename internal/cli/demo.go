@@ -12,10 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -145,11 +144,15 @@ func (w *auditWorker) Work(ctx context.Context, job *river.Job[auditArgs]) error
 	})
 }
 
-// setUpDemo creates the demo pools and projection table and returns a
-// started River client working them.
-func setUpDemo(ctx context.Context, db *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+// setUpDemo creates the demo pools and projection tables and returns the
+// demo handlers, each bound to its pool.
+func setUpDemo(ctx context.Context, db *pgxpool.Pool) (*riverbus.Workers, error) {
+	client, err := riverbus.NewClient(db, &riverbus.Config{FanoutDisabled: true})
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range demoPools {
-		if _, _, err := pools.Create(ctx, db, p); err != nil {
+		if _, _, err := client.PoolCreate(ctx, p); err != nil {
 			return nil, err
 		}
 	}
@@ -157,27 +160,13 @@ func setUpDemo(ctx context.Context, db *pgxpool.Pool, logger *slog.Logger) (*riv
 		CREATE TABLE IF NOT EXISTS riverbus_demo_accounts (key text PRIMARY KEY, last_sequence bigint NOT NULL, events bigint NOT NULL)`); err != nil {
 		return nil, fmt.Errorf("create demo projection: %w", err)
 	}
-	ws := river.NewWorkers()
-	river.AddWorker(ws, &billingWorker{})
-	river.AddWorker(ws, &notifyWorker{})
-	river.AddWorker(ws, &auditWorker{db: db})
-	river.AddWorker(ws, &accountsWorker{db: db})
-	queues := map[string]int{}
-	for _, p := range demoPools {
-		queues[bustype.DefaultQueue(p.Name)] = 20
-	}
-	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: queues, Workers: ws, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	client, err := river.NewClient(riverpgxv5.New(db), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("demo workers: %w", err)
-	}
-	if err := client.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start demo workers: %w", err)
-	}
-	return client, nil
+	ws := riverbus.NewWorkers()
+	opts := &riverbus.WorkerOpts{MaxWorkers: 20}
+	riverbus.AddWorker(ws, &billingWorker{}, opts)
+	riverbus.AddWorker(ws, &notifyWorker{}, opts)
+	riverbus.AddWorker(ws, &auditWorker{db: db}, opts)
+	riverbus.AddWorker(ws, &accountsWorker{db: db}, opts)
+	return ws, nil
 }
 
 // demoTraffic appends small transactions at about rate events per second

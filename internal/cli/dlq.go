@@ -10,8 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/deadletters"
-	"github.com/riverbus/riverbus/internal/pools"
 )
 
 func (a *app) dlqCommand() *cobra.Command {
@@ -40,17 +38,17 @@ func (a *app) dlqListCommand() *cobra.Command {
 		Example: "  riverbus dlq list\n  riverbus dlq list --pool billing --json",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
+			defer done()
 			if pool != "" {
-				if _, err := pools.Get(cmd.Context(), db, pool); err != nil {
+				if _, err := client.PoolGet(cmd.Context(), pool); err != nil {
 					return err
 				}
 			}
-			dls, err := deadletters.List(cmd.Context(), db, bustype.DeadLetterListParams{Pool: pool, Limit: limit})
+			dls, err := client.DeadLetterList(cmd.Context(), bustype.DeadLetterListParams{Pool: pool, Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -87,12 +85,12 @@ func (a *app) dlqShowCommand() *cobra.Command {
 			if err != nil {
 				return &usageError{cmd: cmd, err: fmt.Errorf("job id must be a number, got %q", args[0])}
 			}
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			dl, err := deadletters.Get(cmd.Context(), db, id)
+			defer done()
+			dl, err := client.DeadLetterGet(cmd.Context(), id)
 			if errors.Is(err, bustype.ErrDeadLetterNotFound) {
 				return fmt.Errorf("%w: no dead letter with job id %d (riverbus dlq list lists them)", bustype.ErrDeadLetterNotFound, id)
 			}
@@ -129,20 +127,20 @@ func (a *app) dlqActionCommand(verb string) *cobra.Command {
 			default:
 				return &usageError{cmd: cmd, err: fmt.Errorf("give either one JOB_ID or --pool POOL --all")}
 			}
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
+			defer done()
 			ctx := cmd.Context()
 			if all {
-				if _, err := pools.Get(ctx, db, pool); err != nil {
+				if _, err := client.PoolGet(ctx, pool); err != nil {
 					return err
 				}
 			}
 			switch {
 			case verb == "retry" && all:
-				res, err := deadletters.RetryPool(ctx, db, pool)
+				res, err := client.DeadLetterRetryPool(ctx, pool)
 				if err != nil {
 					return err
 				}
@@ -157,19 +155,19 @@ func (a *app) dlqActionCommand(verb string) *cobra.Command {
 					fmt.Fprintf(a.stdout, "dead letter %d left: event still cannot become a job: %s\n", r.DeadJobID, truncate(r.Reason, 200))
 				}
 			case verb == "retry":
-				res, err := deadletters.Retry(ctx, db, id)
+				res, err := client.DeadLetterRetry(ctx, id)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "dead letter %d retried as job %d (%s)\n", res.DeadJobID, res.JobID, res.Action)
 			case all:
-				n, err := deadletters.PurgePool(ctx, db, pool)
+				n, err := client.DeadLetterPurgePool(ctx, pool)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "purged %d dead letter(s) of pool %s\n", n, pool)
 			default:
-				if err := deadletters.Purge(ctx, db, id); err != nil {
+				if err := client.DeadLetterPurge(ctx, id); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "purged dead letter %d\n", id)

@@ -7,10 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
-
-	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 )
 
 func (a *app) fanoutCommand() *cobra.Command {
@@ -41,7 +37,7 @@ A database outage is logged and retried with backoff.`,
 			}
 			a.logger.Info("fan-out started", "database", describeHost(u), "gap_timeout", a.cfg.GapTimeout,
 				"poll_interval", a.cfg.PollInterval, "batch_size", a.cfg.BatchSize)
-			err = a.runFanout(cmd.Context(), db, nil)
+			err = a.runFanout(cmd.Context(), db)
 			a.logger.Info("fan-out stopped")
 			return err
 		},
@@ -50,29 +46,18 @@ A database outage is logged and retried with backoff.`,
 	return cmd
 }
 
-// runFanout runs the fan-out and the checkpoint advancer until ctx ends.
-func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool, onBatch func(fanout.BatchResult)) error {
-	f, err := engine.New(db, &fanout.Config{
-		GapTimeout:       a.cfg.GapTimeout,
-		GapCheckInterval: a.cfg.GapCheckInterval,
-		PollInterval:     a.cfg.PollInterval,
-		BatchSize:        a.cfg.BatchSize,
-		Workers:          a.cfg.FanoutWorkers,
-		Logger:           a.logger,
-		OnBatch:          onBatch,
-	})
+// runFanout runs a riverbus client without workers (the horizon, the
+// fan-out and its maintenance services) until ctx ends.
+func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool) error {
+	client, err := a.newClient(db, nil, false)
 	if err != nil {
 		return err
 	}
-	advancer, err := engine.NewCheckpointAdvancer(db, &engine.CheckpointAdvancerConfig{Interval: 250 * time.Millisecond, Logger: a.logger})
-	if err != nil {
-		return err
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return f.Run(ctx) })
-	g.Go(func() error { return advancer.Run(ctx) })
-	if err := g.Wait(); err != nil && ctx.Err() == nil {
+	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("fan-out: %w", err)
 	}
-	return nil
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return client.Stop(stopCtx)
 }

@@ -9,13 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/spf13/cobra"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/horizon"
-	"github.com/riverbus/riverbus/internal/pools"
 )
 
 func (a *app) poolCommand() *cobra.Command {
@@ -59,31 +56,31 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 			if err != nil {
 				return &usageError{cmd: cmd, err: fmt.Errorf("--from: %w", err)}
 			}
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
+			defer done()
 			params := bustype.PoolParams{
 				Name: args[0], Queue: queue, EventTypes: splitList(types), Tags: splitList(tags),
-				MaxAttempts: maxAttempts, Priority: priority, From: pos, Update: update || allowUpdate,
+				MaxAttempts: maxAttempts, Priority: priority, From: pos,
 				Ordering: bustype.Ordering(ordering), OnDeadLetter: bustype.DeadLetterPolicy(onDead), Grouping: bustype.Grouping(group),
 			}
+			var (
+				p       *bustype.Pool
+				created bool
+			)
 			if update || allowUpdate {
 				// Only the flags given change: the others keep the pool's
 				// current values. `create --update` of a pool that does not
 				// exist yet creates it with the defaults.
-				cur, err := pools.Get(cmd.Context(), db, args[0])
+				p, err = client.PoolUpdate(cmd.Context(), args[0], updateParams(params, cmd.Flags().Changed))
 				if errors.Is(err, bustype.ErrUnknownPool) && allowUpdate {
-					cur = nil
-				} else if err != nil {
-					return err
+					p, created, err = client.PoolCreate(cmd.Context(), params)
 				}
-				if cur != nil {
-					keepUnset(&params, cur, cmd.Flags().Changed)
-				}
+			} else {
+				p, created, err = client.PoolCreate(cmd.Context(), params)
 			}
-			p, created, err := pools.Create(cmd.Context(), db, params)
 			if err != nil {
 				return err
 			}
@@ -115,24 +112,35 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 	return cmd
 }
 
-// keepUnset sets the settings whose flag was not given (changed reports
-// which were) to the pool's current values, so an update changes only what
-// it names.
-func keepUnset(params *bustype.PoolParams, cur *bustype.Pool, changed func(flag string) bool) {
-	for flag, keep := range map[string]func(){
-		"queue":          func() { params.Queue = cur.Queue },
-		"types":          func() { params.EventTypes = cur.EventTypes },
-		"tags":           func() { params.Tags = cur.Tags },
-		"max-attempts":   func() { params.MaxAttempts = cur.MaxAttempts },
-		"priority":       func() { params.Priority = cur.Priority },
-		"ordering":       func() { params.Ordering = cur.Ordering },
-		"on-dead-letter": func() { params.OnDeadLetter = cur.OnDeadLetter },
-		"group":          func() { params.Grouping = cur.Grouping },
-	} {
-		if !changed(flag) {
-			keep()
-		}
+// updateParams are the settings of params whose flag was given (changed
+// reports which were), so an update changes only what it names.
+func updateParams(params bustype.PoolParams, changed func(flag string) bool) riverbus.PoolUpdateParams {
+	var u riverbus.PoolUpdateParams
+	if changed("queue") {
+		u.Queue = params.Queue
 	}
+	if changed("types") {
+		u.EventTypes = &params.EventTypes
+	}
+	if changed("tags") {
+		u.Tags = &params.Tags
+	}
+	if changed("max-attempts") {
+		u.MaxAttempts = params.MaxAttempts
+	}
+	if changed("priority") {
+		u.Priority = params.Priority
+	}
+	if changed("ordering") {
+		u.Ordering = params.Ordering
+	}
+	if changed("on-dead-letter") {
+		u.OnDeadLetter = params.OnDeadLetter
+	}
+	if changed("group") {
+		u.Grouping = params.Grouping
+	}
+	return u
 }
 
 func listOrAll(s []string) string {
@@ -151,12 +159,12 @@ func (a *app) poolListCommand() *cobra.Command {
   riverbus pool list --json`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			pools, err := pools.List(cmd.Context(), db)
+			defer done()
+			pools, err := client.PoolList(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -187,12 +195,12 @@ func (a *app) poolShowCommand() *cobra.Command {
 		Example: `  riverbus pool show billing`,
 		Args:    exactArgs(1, "a pool name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			p, err := pools.Get(cmd.Context(), db, args[0])
+			defer done()
+			p, err := client.PoolGet(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -212,15 +220,20 @@ func (a *app) poolStatusCommand(verb string, status bustype.PoolStatus) *cobra.C
 		Example: "  riverbus pool " + verb + " billing",
 		Args:    exactArgs(1, "a pool name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			p, shared, err := pools.SetStatus(cmd.Context(), db, args[0], status)
+			defer done()
+			change := client.PoolResume
+			if status == bustype.PoolPaused {
+				change = client.PoolPause
+			}
+			res, err := change(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
+			p, shared := res.Pool, res.QueueShared
 			fmt.Fprintf(a.stdout, "pool %s is %s (cursor %d)\n", p.Name, p.Status, p.Cursor)
 			if shared {
 				fmt.Fprintf(a.stdout, "note: River queue %s is shared with other pools, so only the fan-out changed; its workers go on\n", p.Queue)
@@ -249,18 +262,18 @@ func (a *app) poolResetCommand() *cobra.Command {
 			if err != nil || seq < 0 {
 				return &usageError{cmd: cmd, err: fmt.Errorf("--to must be a sequence number >= 0, got %q", to)}
 			}
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			p, err := pools.Reset(cmd.Context(), db, args[0], seq)
+			defer done()
+			p, err := client.PoolReset(cmd.Context(), args[0], seq)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "pool %s reset: events after %d will be fanned out again\n", p.Name, p.Cursor)
 			if wait {
-				return a.waitCaughtUp(cmd.Context(), db, p.Name)
+				return a.waitCaughtUp(cmd.Context(), client, p.Name)
 			}
 			return nil
 		},
@@ -279,12 +292,15 @@ func (a *app) poolDeleteCommand() *cobra.Command {
 		Example: `  riverbus pool delete old-pool`,
 		Args:    exactArgs(1, "a pool name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			if err := pools.Delete(cmd.Context(), db, args[0], force); err != nil {
+			defer done()
+			if err := client.PoolDelete(cmd.Context(), args[0], &riverbus.PoolDeleteOpts{Force: force}); err != nil {
+				if errors.Is(err, bustype.ErrPoolBusy) {
+					return fmt.Errorf("%w (pass --force to delete it with its waiting jobs and dead letters)", err)
+				}
 				return err
 			}
 			fmt.Fprintf(a.stdout, "deleted pool %s\n", args[0])
@@ -312,14 +328,14 @@ func orderingLabel(p *bustype.Pool) string {
 
 // waitCaughtUp draws the pool's progress until every event up to the
 // horizon seen at the start is finished, or ctx ends.
-func (a *app) waitCaughtUp(ctx context.Context, db *pgxpool.Pool, pool string) error {
-	h, err := horizon.Get(ctx, db)
+func (a *app) waitCaughtUp(ctx context.Context, client *riverbus.Client, pool string) error {
+	cp, err := client.CheckpointGet(ctx, pool)
 	if err != nil {
 		return err
 	}
-	target := h.Horizon
+	target := cp.Horizon
 	for {
-		st, err := loadStatus(ctx, db)
+		st, err := client.Status(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 
-	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/spf13/cobra"
 )
 
@@ -24,18 +23,18 @@ func (a *app) repairHorizonCommand() *cobra.Command {
 fanned out: every pass fails with an error naming this command. repair
 horizon recreates the row at a value that cannot skip an event (the highest
 sequence the horizon is known to have passed, or the lowest pool cursor
-below any open gap; see horizon.Repair) and leaves an existing row
+below any open gap; see Client.HorizonRepair) and leaves an existing row
 alone. The horizon then walks up again from there. It is safe while riverbus
 runs; run it as the schema owner (the worker role may not insert the row).`,
 		Example: `  riverbus repair horizon`,
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			res, err := horizon.Repair(cmd.Context(), db)
+			defer done()
+			res, err := client.HorizonRepair(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/migrations"
 )
 
@@ -97,23 +97,20 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		closeListeners()
 		return err
 	}
-	g.Go(func() error { return a.runFanout(gctx, db, nil) })
-
-	var stopWorkers func()
+	var ws *riverbus.Workers
 	if demo {
-		client, err := setUpDemo(ctx, db, a.riverLogger)
-		if err != nil {
+		if ws, err = setUpDemo(ctx, db); err != nil {
 			return err
 		}
-		stopWorkers = func() {
-			stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := client.Stop(stopCtx); err != nil {
-				cancelCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel2()
-				_ = client.StopAndCancel(cancelCtx)
-			}
-		}
+	}
+	client, err := a.newClient(db, ws, false)
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	if demo {
 		g.Go(func() error { return demoTraffic(gctx, db, demoRate, a.logger) })
 	}
 
@@ -128,12 +125,14 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 	fmt.Fprintf(a.stdout, "riverbus is running. Where to look:\n  %s\nCtrl-C stops it.\n", strings.Join(where, "\n  "))
 
 	g.Go(func() error {
-		a.summaryLoop(gctx, db)
+		a.summaryLoop(gctx, client)
 		return nil
 	})
 	err = g.Wait()
-	if stopWorkers != nil {
-		stopWorkers()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if stopErr := client.Stop(stopCtx); stopErr != nil {
+		a.logger.Warn("stopping: jobs still running were cancelled", "error", stopErr)
 	}
 	fmt.Fprintln(a.stdout, "riverbus stopped")
 	if ctx.Err() != nil {
@@ -143,7 +142,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 }
 
 // summaryLoop prints a one-line summary every few seconds.
-func (a *app) summaryLoop(ctx context.Context, db *pgxpool.Pool) {
+func (a *app) summaryLoop(ctx context.Context, client *riverbus.Client) {
 	ticker := time.NewTicker(3 * time.Second)
 	defer ticker.Stop()
 	for {
@@ -152,7 +151,7 @@ func (a *app) summaryLoop(ctx context.Context, db *pgxpool.Pool) {
 			return
 		case <-ticker.C:
 		}
-		st, err := loadStatus(ctx, db)
+		st, err := client.Status(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				fmt.Fprintf(a.stdout, "%s  status unavailable: %v\n", time.Now().Format("15:04:05"), err)

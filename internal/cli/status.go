@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -11,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus"
@@ -21,17 +19,6 @@ import (
 // summaryHeldMin is how long a stuck holder must have held its checkpoint
 // before the one-line summary of `riverbus run` names it.
 const summaryHeldMin = 10 * time.Second
-
-// loadStatus reads the status snapshot of db (riverbus.Client.Status), the
-// one `riverbus status` shows (its JSON form too), `riverbus run`'s summary
-// line and the metrics.
-func loadStatus(ctx context.Context, db *pgxpool.Pool) (*riverbus.Status, error) {
-	client, err := riverbus.NewClient(db, &riverbus.Config{FanoutDisabled: true})
-	if err != nil {
-		return nil, err
-	}
-	return client.Status(ctx)
-}
 
 // describe is one job in words: "event 12, retryable, attempt 3/5, next
 // attempt 10:04:05 (in 20s), last error "…"".
@@ -250,14 +237,14 @@ func (a *app) statusCommand() *cobra.Command {
   riverbus status --watch 10s`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := a.connect(cmd.Context())
+			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer db.Close()
+			defer done()
 			var prev *riverbus.Status
 			for {
-				st, err := loadStatus(cmd.Context(), db)
+				st, err := client.Status(cmd.Context())
 				if err != nil {
 					if cmd.Context().Err() != nil {
 						return nil

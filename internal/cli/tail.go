@@ -13,8 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/horizon"
-	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -60,19 +58,21 @@ pool's filter lets through.`,
 			if err := requireSchema(ctx, db, u); err != nil {
 				return err
 			}
+			client, err := a.newClient(db, nil, true)
+			if err != nil {
+				return err
+			}
 			var filter *bustype.Pool
 			if pool != "" {
-				if filter, err = pools.Get(ctx, db, pool); err != nil {
+				if filter, err = client.PoolGet(ctx, pool); err != nil {
 					return err
 				}
 			}
 			after := from
 			if !cmd.Flags().Changed("from") {
-				h, err := horizon.Get(ctx, db)
-				if err != nil {
+				if after, err = client.Horizon(ctx); err != nil {
 					return err
 				}
-				after = h.Horizon
 			}
 			return a.tail(ctx, db, after, filter, asJSON)
 		},

@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/spf13/cobra"
 
-	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/workers"
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
 
@@ -48,8 +45,9 @@ Run as many as you like; they share the pool's jobs.`,
 					return err
 				}
 			}
-			ws := river.NewWorkers()
-			if err := webhook.Register(ws, webhook.Config{Pool: pool, URL: url, Secret: secret, Timeout: timeout, Logger: a.logger}); err != nil {
+			ws := riverbus.NewWorkers()
+			if err := webhook.Bind(ws, webhook.Config{Pool: pool, URL: url, Secret: secret, Timeout: timeout, Logger: a.logger},
+				&riverbus.WorkerOpts{MaxWorkers: concurrency}); err != nil {
 				return &usageError{cmd: cmd, err: err}
 			}
 			u, err := a.requireURL()
@@ -67,15 +65,11 @@ Run as many as you like; they share the pool's jobs.`,
 			if err := requireSchema(ctx, db, u); err != nil {
 				return err
 			}
-			p, err := pools.Get(ctx, db, pool)
+			client, err := a.newClient(db, ws, true)
 			if err != nil {
 				return err
 			}
-			cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{p.Queue: concurrency}, Workers: ws, Logger: a.riverLogger})
-			if err != nil {
-				return err
-			}
-			client, err := river.NewClient(riverpgxv5.New(db), cfg)
+			p, err := client.PoolGet(ctx, pool)
 			if err != nil {
 				return err
 			}
@@ -87,9 +81,7 @@ Run as many as you like; they share the pool's jobs.`,
 			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if err := client.Stop(stopCtx); err != nil {
-				cancelCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel2()
-				_ = client.StopAndCancel(cancelCtx)
+				a.logger.Warn("stopping: deliveries still in flight were cancelled", "error", err)
 			}
 			return nil
 		},
