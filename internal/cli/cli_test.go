@@ -216,3 +216,17 @@ func TestSettingFlags(t *testing.T) {
 	require.Contains(t, r.stdout, "--gap-timeout duration")
 	require.Contains(t, r.stdout, "env RIVERBUS_GAP_TIMEOUT")
 }
+
+// work binds the webhook to its pool through the client, which refuses a
+// River queue that also holds a pool work does not deliver: it would fetch
+// that pool's jobs and fail them as unknown kinds.
+func TestWorkRefusesAQueueSharedWithAnotherPool(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	ok(t, run(t, dbURL, "pool", "create", "billing", "--queue", "shared"))
+	ok(t, run(t, dbURL, "pool", "create", "audit", "--queue", "shared"))
+	r := run(t, dbURL, "work", "--pool", "billing", "--webhook", "http://127.0.0.1:1/hook")
+	require.Equal(t, 1, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	require.Contains(t, r.stderr, `River queue "shared" also holds pool(s) "audit", which have no worker here`)
+	require.NotContains(t, r.stdout, "delivering pool")
+}
