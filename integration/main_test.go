@@ -146,26 +146,20 @@ func operator(t *testing.T, db *pgxpool.Pool) *riverbus.Client {
 // jobCounts returns, per global sequence, the number of jobs of pool.
 func jobCounts(t *testing.T, db *pgxpool.Pool, pool string) map[int64]int {
 	t.Helper()
-	var rows pgx.Rows
-	var err error
-	for range 20 { // a server restart leaves dead connections in the pool
-		rows, err = db.Query(context.Background(),
+	var out map[int64]int
+	// A server restart leaves dead connections in the pool: retry.
+	require.NoError(t, retryFor(10*time.Second, func() error {
+		rows, err := db.Query(context.Background(),
 			`SELECT (args->>'global_sequence')::bigint, count(*) FROM river_job WHERE kind = $1 GROUP BY 1`, pool)
-		if err == nil {
-			break
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[int64]int{}
-	for rows.Next() {
+		out = map[int64]int{}
 		var seq int64
 		var n int
-		require.NoError(t, rows.Scan(&seq, &n))
-		out[seq] = n
-	}
-	require.NoError(t, rows.Err())
+		_, err = pgx.ForEachRow(rows, []any{&seq, &n}, func() error { out[seq] = n; return nil })
+		return err
+	}))
 	return out
 }
 

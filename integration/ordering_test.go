@@ -77,7 +77,7 @@ func (r *recorder) Work(ctx context.Context, job *river.Job[orderedArgs]) error 
 	r.maxAll = max(r.maxAll, int(atomic.AddInt32(&r.all, 1)))
 	r.mu.Unlock()
 	if r.delay > 0 {
-		time.Sleep(r.delay)
+		time.Sleep(r.delay) // the handler's work: jobs overlap in time
 	}
 	var cancelled error
 	if r.hold != nil {
@@ -271,12 +271,16 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 				require.Equal(t, k[1:], byKey["k"])
 			} else {
 				// Blocked: k's successors stay pending while the dead letter is there.
-				time.Sleep(300 * time.Millisecond)
-				_, byKey = rec.snapshot()
-				require.Empty(t, byKey["k"])
-				var pending int
-				require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'pending'`).Scan(&pending))
-				require.Equal(t, 2, pending)
+				pending := func() int {
+					var n int
+					require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'pending'`).Scan(&n))
+					return n
+				}
+				eventually(t, 10*time.Second, "k's successors pending", func() bool { return pending() == 2 })
+				never(t, 300*time.Millisecond, "k's successors worked while the dead letter blocks the key", func() bool {
+					_, bk := rec.snapshot()
+					return len(bk["k"]) > 0 || pending() != 2
+				})
 			}
 
 			// The handler is fixed; the dead letter is retried.
@@ -538,7 +542,7 @@ func TestExactlyOnceProjectionUnderKill9(t *testing.T) {
 	kills := 0
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) {
-		time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond)
+		time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond) // pace the kills: one every 200-600 ms
 		i := rand.IntN(len(ws))
 		ws[i].kill9()
 		kills++

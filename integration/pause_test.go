@@ -24,7 +24,7 @@ func never(t *testing.T, d time.Duration, what string, cond func() bool) {
 		if cond() {
 			t.Fatalf("unexpectedly: %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval: cond is watched for all of d
 	}
 }
 

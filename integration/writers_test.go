@@ -73,7 +73,7 @@ func startWriters(ctx context.Context, db *pgxpool.Pool, o writerOpts) *writerLo
 				}
 				tx, err := db.Begin(ctx)
 				if err != nil {
-					time.Sleep(50 * time.Millisecond)
+					sleepCtx(ctx, 50*time.Millisecond) // back off while the database is down
 					continue
 				}
 				rows, err := tx.Query(ctx, `INSERT INTO riverbus_event (event_id, type, key, data)
@@ -85,10 +85,11 @@ func startWriters(ctx context.Context, db *pgxpool.Pool, o writerOpts) *writerLo
 				}
 				if err != nil {
 					_ = tx.Rollback(context.Background())
-					time.Sleep(50 * time.Millisecond)
+					sleepCtx(ctx, 50*time.Millisecond) // back off while the database is down
 					continue
 				}
 				if o.maxHold > 0 {
+					// Hold the transaction open: commits come out of order.
 					time.Sleep(time.Duration(rand.Int64N(int64(o.maxHold))))
 				}
 				i++
@@ -122,17 +123,8 @@ func (w *writerLoad) wait(t *testing.T, db *pgxpool.Pool) map[int64]bool {
 	w.wg.Wait()
 	ctx := context.Background()
 	// After a server restart the pool's first queries may still hit dead
-	// connections: retry each read a few times.
-	retry := func(f func() error) error {
-		var err error
-		for range 20 {
-			if err = f(); err == nil {
-				return nil
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return err
-	}
+	// connections: retry each read.
+	retry := func(f func() error) error { return retryFor(10*time.Second, f) }
 	for _, id := range w.ambiguous {
 		var seq int64
 		var found bool
