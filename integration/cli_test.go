@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
@@ -79,11 +80,11 @@ func TestWorkWebhookProcess(t *testing.T) {
 			want = append(want, res[0].GlobalSequence)
 		}
 	}
-	eventually(t, 60*time.Second, "all but the poison event delivered", func() bool {
+	testwait.Eventually(t, 60*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(received) == len(want)
-	})
+	}, "all but the poison event delivered")
 	mu.Lock()
 	var got []int64
 	for _, e := range received {
@@ -104,11 +105,11 @@ func TestWorkWebhookProcess(t *testing.T) {
 	r := runCLI(t, dbURL, "dlq", "retry", "--pool", "hooks", "--all")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "retried 1 dead letter(s) of pool hooks")
-	eventually(t, 30*time.Second, "the dead letter delivered after retry", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(received) == len(want)+1 && received[len(received)-1].Type == "poison"
-	})
+	}, "the dead letter delivered after retry")
 	work.stop()
 	fan.stop()
 
@@ -142,7 +143,7 @@ func TestTailProcess(t *testing.T) {
 		_, err := outbox.Append(ctx, db, outbox.Event{Type: typ, Key: "c1", Data: json.RawMessage(`{"n":1}`)})
 		require.NoError(t, err)
 	}
-	eventually(t, 30*time.Second, "four events tailed", func() bool { return strings.Count(all.out.String(), "\n") >= 4 })
+	testwait.Eventually(t, 30*time.Second, func() bool { return strings.Count(all.out.String(), "\n") >= 4 }, "four events tailed")
 	var seqs []int64
 	for _, line := range strings.Split(strings.TrimSpace(all.out.String()), "\n") {
 		var e outbox.Event
@@ -150,7 +151,7 @@ func TestTailProcess(t *testing.T) {
 		seqs = append(seqs, e.GlobalSequence)
 	}
 	require.Equal(t, []int64{1, 2, 3, 4}, seqs)
-	eventually(t, 30*time.Second, "two invoices tailed", func() bool { return strings.Count(invoices.out.String(), "invoice.created") == 2 })
+	testwait.Eventually(t, 30*time.Second, func() bool { return strings.Count(invoices.out.String(), "invoice.created") == 2 }, "two invoices tailed")
 	require.NotContains(t, invoices.out.String(), "order.placed")
 
 	// An appender's control characters reach the terminal escaped: no
@@ -158,7 +159,7 @@ func TestTailProcess(t *testing.T) {
 	_, err = outbox.Append(ctx, db, outbox.Event{Type: "invoice.created", Key: "c2\x1b[2J\r\nlevel=ERROR msg=forged",
 		Tags: []string{"note=\u202eevil"}, Data: json.RawMessage(`{"n":"\u001b[31m"}`)})
 	require.NoError(t, err)
-	eventually(t, 30*time.Second, "the third invoice tailed", func() bool { return strings.Count(invoices.out.String(), "invoice.created") == 3 })
+	testwait.Eventually(t, 30*time.Second, func() bool { return strings.Count(invoices.out.String(), "invoice.created") == 3 }, "the third invoice tailed")
 	out := invoices.out.String()
 	require.NotContains(t, out, "\x1b")
 	require.NotContains(t, out, "\r")

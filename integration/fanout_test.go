@@ -13,6 +13,7 @@ import (
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 )
 
 // Two `riverbus fanout` processes and three in-process fan-outs on one
@@ -70,14 +71,14 @@ func TestFanoutProcessesKilledMidBatch(t *testing.T) {
 	for range 3 {
 		require.NoError(t, <-done)
 	}
-	eventually(t, 60*time.Second, "every committed event fanned out to every pool", func() bool {
+	testwait.Eventually(t, 60*time.Second, func() bool {
 		for _, pool := range []string{"p1", "p2", "p3"} {
 			if len(jobCounts(t, db, pool)) < len(committed) {
 				return false
 			}
 		}
 		return true
-	})
+	}, "every committed event fanned out to every pool")
 	for _, pool := range []string{"p1", "p2", "p3"} {
 		counts := jobCounts(t, db, pool)
 		require.Len(t, counts, len(committed), pool)

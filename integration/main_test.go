@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 )
 
 var binDir string
@@ -120,18 +121,7 @@ func (p *proc) stop() {
 
 func (p *proc) waitOutput(s string, timeout time.Duration) {
 	p.t.Helper()
-	eventually(p.t, timeout, p.name+" prints "+s, func() bool { return bytes.Contains([]byte(p.out.String()), []byte(s)) })
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(p.t, timeout, func() bool { return bytes.Contains([]byte(p.out.String()), []byte(s)) }, "%s prints %s", p.name, s)
 }
 
 // operator returns a riverbus.Client over db that is not started: the

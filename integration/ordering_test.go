@@ -23,6 +23,7 @@ import (
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -202,7 +203,7 @@ func TestKeyOrderingRetriesKeepOrder(t *testing.T) {
 	k2 := appendKeyed(t, b.db, "k2", 4)
 	require.Equal(t, int64(1), k1[0])
 
-	eventually(t, 30*time.Second, "all eight done", func() bool { d, _ := rec.snapshot(); return len(d) == 8 })
+	testwait.Eventually(t, 30*time.Second, func() bool { d, _ := rec.snapshot(); return len(d) == 8 }, "all eight done")
 	_, byKey := rec.snapshot()
 	require.Equal(t, k1, byKey["k1"], "k1 in order through the retries")
 	require.Equal(t, k2, byKey["k2"])
@@ -234,7 +235,7 @@ func TestGlobalOrdering(t *testing.T) {
 	for i := range 10 {
 		all = append(all, appendKeyed(t, b.db, fmt.Sprintf("k%d", i), 15)...)
 	}
-	eventually(t, 60*time.Second, "all done", func() bool { d, _ := rec.snapshot(); return len(d) == len(all) })
+	testwait.Eventually(t, 60*time.Second, func() bool { d, _ := rec.snapshot(); return len(d) == len(all) }, "all done")
 	done, _ := rec.snapshot()
 	require.Equal(t, all, done, "strictly increasing, none missing")
 	require.Equal(t, 1, rec.maxAll, "never two jobs of the pool in flight")
@@ -257,16 +258,16 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 			other := appendKeyed(t, b.db, "other", 2)
 			require.Equal(t, int64(1), k[0])
 
-			eventually(t, 30*time.Second, "dead letter recorded", func() bool {
+			testwait.Eventually(t, 30*time.Second, func() bool {
 				dls, err := operator(t, b.db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: orderedPoolName})
 				require.NoError(t, err)
 				return len(dls) == 1
-			})
-			eventually(t, 30*time.Second, "other key done", func() bool { _, bk := rec.snapshot(); return len(bk["other"]) == 2 })
+			}, "dead letter recorded")
+			testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["other"]) == 2 }, "other key done")
 			_, byKey := rec.snapshot()
 			require.Equal(t, other, byKey["other"])
 			if policy == bustype.DeadLetterRelease {
-				eventually(t, 30*time.Second, "k's later events done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 2 })
+				testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 2 }, "k's later events done")
 				_, byKey = rec.snapshot()
 				require.Equal(t, k[1:], byKey["k"])
 			} else {
@@ -276,11 +277,11 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 					require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'pending'`).Scan(&n))
 					return n
 				}
-				eventually(t, 10*time.Second, "k's successors pending", func() bool { return pending() == 2 })
-				never(t, 300*time.Millisecond, "k's successors worked while the dead letter blocks the key", func() bool {
+				testwait.Eventually(t, 10*time.Second, func() bool { return pending() == 2 }, "k's successors pending")
+				testwait.Never(t, 300*time.Millisecond, func() bool {
 					_, bk := rec.snapshot()
 					return len(bk["k"]) > 0 || pending() != 2
-				})
+				}, "k's successors worked while the dead letter blocks the key")
 			}
 
 			// The handler is fixed; the dead letter is retried.
@@ -288,7 +289,7 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 			res, err := operator(t, b.db).DeadLetterRetryPool(ctx, orderedPoolName)
 			require.NoError(t, err)
 			require.Len(t, res, 1)
-			eventually(t, 30*time.Second, "k all done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 })
+			testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 }, "k all done")
 			_, byKey = rec.snapshot()
 			if policy == bustype.DeadLetterRelease {
 				require.Equal(t, []int64{k[1], k[2], k[0]}, byKey["k"], "released: successors went on; the retry comes last")
@@ -297,11 +298,11 @@ func TestDeadLetterReleaseAndBlock(t *testing.T) {
 			}
 			// dlq retry, then the checkpoint is exact: nothing lost, nothing
 			// written past what is finished (KurrentDB lost events here).
-			eventually(t, 10*time.Second, "checkpoint at the last event", func() bool {
+			testwait.Eventually(t, 10*time.Second, func() bool {
 				cp, err := operator(t, b.db).CheckpointGet(ctx, orderedPoolName)
 				require.NoError(t, err)
 				return cp.Checkpoint == other[1]
-			})
+			}, "checkpoint at the last event")
 		})
 	}
 }
@@ -315,15 +316,15 @@ func TestRetryDeadLettersOfAKeyInOrder(t *testing.T) {
 	rec := &recorder{fail: func(int64, int) bool { return failing.Load() }}
 	b := setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, MaxAttempts: 1}, 10, rec)
 	k := appendKeyed(t, b.db, "k", 5)
-	eventually(t, 30*time.Second, "five dead letters", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		dls, err := operator(t, b.db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: orderedPoolName})
 		require.NoError(t, err)
 		return len(dls) == 5
-	})
+	}, "five dead letters")
 	failing.Store(false)
 	_, err := operator(t, b.db).DeadLetterRetryPool(ctx, orderedPoolName)
 	require.NoError(t, err)
-	eventually(t, 30*time.Second, "replayed", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 5 })
+	testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 5 }, "replayed")
 	_, byKey := rec.snapshot()
 	require.Equal(t, k, byKey["k"])
 	require.Equal(t, 1, rec.maxKey)
@@ -337,7 +338,7 @@ func TestUnorderedPoolHasNoPendingJobs(t *testing.T) {
 	rec := &recorder{delay: 5 * time.Millisecond}
 	b := setupOrdered(t, bustype.PoolParams{}, 20, rec)
 	appendKeyed(t, b.db, "k", 100)
-	eventually(t, 30*time.Second, "all done", func() bool { d, _ := rec.snapshot(); return len(d) == 100 })
+	testwait.Eventually(t, 30*time.Second, func() bool { d, _ := rec.snapshot(); return len(d) == 100 }, "all done")
 	var laned int
 	require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE metadata ? 'riverbus_lane' OR state = 'pending'`).Scan(&laned))
 	require.Zero(t, laned)
@@ -457,13 +458,13 @@ func TestKeyOrderingAcrossWorkerProcesses(t *testing.T) {
 		ws = append(ws, w)
 	}
 	start := time.Now()
-	eventually(t, 180*time.Second, "every job completed", func() bool {
+	testwait.Eventually(t, 180*time.Second, func() bool {
 		var completed int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'by-key' AND state = 'completed'`).Scan(&completed); err != nil {
 			return false
 		}
 		return completed == events
-	})
+	}, "every job completed")
 	t.Logf("10,000 key-ordered events over 200 keys, 4 processes: %s (%.0f events/s)", time.Since(start), events/time.Since(start).Seconds())
 
 	type run struct {
@@ -551,13 +552,13 @@ func TestExactlyOnceProjectionUnderKill9(t *testing.T) {
 	// Jobs a killed worker held are rescued by River after
 	// RescueStuckJobsAfter (6 s in the test worker) plus the rescuer's
 	// interval.
-	eventually(t, 150*time.Second, "every job completed", func() bool {
+	testwait.Eventually(t, 150*time.Second, func() bool {
 		var completed int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'projection' AND state = 'completed'`).Scan(&completed); err != nil {
 			return false
 		}
 		return completed == events
-	})
+	}, "every job completed")
 	var applied, maxTimes, total int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*), coalesce(max(times), 0) FROM it_applied`).Scan(&applied, &maxTimes))
 	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(sum(events), 0) FROM it_projection`).Scan(&total))

@@ -12,21 +12,10 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
-
-// never fails the test if cond becomes true within d.
-func never(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			t.Fatalf("unexpectedly: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval: cond is watched for all of d
-	}
-}
 
 // Pause stops a pool's fan-out and its handlers, resume continues where it
 // stopped, and reset to 0 re-delivers every event exactly once more.
@@ -37,7 +26,7 @@ func TestPauseResumeReset(t *testing.T) {
 	b := setupOrdered(t, bustype.PoolParams{}, 10, rec)
 	doneCount := func() int { d, _ := rec.snapshot(); return len(d) }
 	first := appendKeyed(t, b.db, "k", 20)
-	eventually(t, 30*time.Second, "first 20 worked", func() bool { return doneCount() == 20 })
+	testwait.Eventually(t, 30*time.Second, func() bool { return doneCount() == 20 }, "first 20 worked")
 
 	_, shared, err := pools.SetStatus(ctx, b.db, orderedPoolName, bustype.PoolPaused)
 	require.NoError(t, err)
@@ -49,13 +38,13 @@ func TestPauseResumeReset(t *testing.T) {
 	_, err = ins.Insert(ctx, orderedArgs{workers.Args{Event: outbox.Event{GlobalSequence: 999_999, Key: "manual", Data: json.RawMessage(`{}`)}}},
 		&river.InsertOpts{Queue: bustype.DefaultQueue(orderedPoolName)})
 	require.NoError(t, err)
-	never(t, time.Second, "work or fan-out while paused", func() bool {
+	testwait.Never(t, time.Second, func() bool {
 		return doneCount() != 20 || len(jobCounts(t, b.db, orderedPoolName)) != 21
-	})
+	}, "work or fan-out while paused")
 
 	_, _, err = pools.SetStatus(ctx, b.db, orderedPoolName, bustype.PoolActive)
 	require.NoError(t, err)
-	eventually(t, 30*time.Second, "everything worked after resume", func() bool { return doneCount() == 41 })
+	testwait.Eventually(t, 30*time.Second, func() bool { return doneCount() == 41 }, "everything worked after resume")
 	counts := jobCounts(t, b.db, orderedPoolName)
 	for _, seq := range append(append([]int64{}, first...), second...) {
 		require.Equal(t, 1, counts[seq], "sequence %d", seq)
@@ -65,10 +54,10 @@ func TestPauseResumeReset(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, p.Cursor)
 	require.Zero(t, p.Checkpoint)
-	eventually(t, 30*time.Second, "history re-delivered", func() bool { return doneCount() == 81 })
+	testwait.Eventually(t, 30*time.Second, func() bool { return doneCount() == 81 }, "history re-delivered")
 	counts = jobCounts(t, b.db, orderedPoolName)
 	for _, seq := range append(append([]int64{}, first...), second...) {
 		require.Equal(t, 2, counts[seq], "sequence %d: exactly once more after reset", seq)
 	}
-	never(t, 500*time.Millisecond, "more than once more", func() bool { return doneCount() != 81 })
+	testwait.Never(t, 500*time.Millisecond, func() bool { return doneCount() != 81 }, "more than once more")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -94,13 +95,13 @@ func TestPreparedWriterGap(t *testing.T) {
 	// connections in the pool: a failed pass is tried again).
 	passUntil := func(what string, cond func(h *horizon.Status) bool) {
 		t.Helper()
-		eventually(t, 60*time.Second, what, func() bool {
+		testwait.Eventually(t, 60*time.Second, func() bool {
 			if _, err := f.Pass(ctx); err != nil {
 				return false
 			}
 			h, err := horizon.Get(ctx, db)
 			return err == nil && cond(h)
-		})
+		}, "%s", what)
 	}
 	// holds checks that a few passes leave the horizon at below.
 	holds := func(below int64) {
@@ -113,10 +114,10 @@ func TestPreparedWriterGap(t *testing.T) {
 	}
 	finish := func(sql string) {
 		t.Helper()
-		eventually(t, 30*time.Second, sql, func() bool {
+		testwait.Eventually(t, 30*time.Second, func() bool {
 			_, err := db.Exec(ctx, sql)
 			return err == nil
-		})
+		}, "%s", sql)
 	}
 
 	// A prepared transaction that appended nothing.
@@ -139,9 +140,9 @@ func TestPreparedWriterGap(t *testing.T) {
 	require.NoError(t, srv.Restart(ctx))
 	t.Log("PostgreSQL restarted")
 	var prepared int
-	eventually(t, 30*time.Second, "read pg_prepared_xacts", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		return db.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts`).Scan(&prepared) == nil
-	})
+	}, "read pg_prepared_xacts")
 	require.Equal(t, 2, prepared, "both prepared transactions survived the restart")
 	passUntil("a pass after the restart", func(*horizon.Status) bool { return true })
 	holds(g)

@@ -11,6 +11,7 @@ import (
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 )
 
 // PostgreSQL restarts (fast shutdown, every connection cut) while writers,
@@ -34,19 +35,19 @@ func TestDatabaseRestartMidRun(t *testing.T) {
 
 	load := startWriters(ctx, db, writerOpts{writers: 8, perWriter: 80, rollbackPercent: 10, maxHold: 10 * time.Millisecond})
 	// Restart once the run is well under way.
-	eventually(t, 30*time.Second, "some events fanned out", func() bool { return len(jobCounts(t, db, "survivor")) > 50 })
+	testwait.Eventually(t, 30*time.Second, func() bool { return len(jobCounts(t, db, "survivor")) > 50 }, "some events fanned out")
 	require.NoError(t, srv.Restart(ctx))
 	t.Log("PostgreSQL restarted")
 
 	committed := load.wait(t, db)
 	t.Logf("%d events committed, %d rolled back", len(committed), load.rolledBack)
-	eventually(t, 90*time.Second, "every committed event fanned out once and worked", func() bool {
+	testwait.Eventually(t, 90*time.Second, func() bool {
 		var pending int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'survivor' AND state <> 'completed'`).Scan(&pending); err != nil {
 			return false // a dead connection from before the restart
 		}
 		return pending == 0 && len(jobCounts(t, db, "survivor")) >= len(committed)
-	})
+	}, "every committed event fanned out once and worked")
 	counts := jobCounts(t, db, "survivor")
 	require.Len(t, counts, len(committed))
 	for seq, n := range counts {

@@ -26,6 +26,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/internal/ui"
 )
 
@@ -210,9 +211,9 @@ func setupBlockedKey(t *testing.T) (rec *recorder, b *orderedBundle, poison *ato
 	b = setupOrdered(t, bustype.PoolParams{Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock, MaxAttempts: 1}, 10, rec)
 	k = appendKeyed(t, b.db, "k", 3)
 	require.Equal(t, int64(1), k[0])
-	eventually(t, 30*time.Second, "a dead letter holding two pending events", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		return deadLetterCount(t, b.db) == 1 && countState(t, b.db, "pending") == 2
-	})
+	}, "a dead letter holding two pending events")
 	return rec, b, poison, k
 }
 
@@ -229,7 +230,7 @@ func TestRiverUIRetryOfBlockingDeadLetterReleasesTheKey(t *testing.T) {
 		poison.Store(0) // the handler is fixed
 		require.NoError(t, act.retry(jobOf(t, b.db, k[0])))
 
-		eventually(t, 30*time.Second, "the key's three events done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 })
+		testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 }, "the key's three events done")
 		_, byKey := rec.snapshot()
 		require.Equal(t, k, byKey["k"], "the retried event first, then the held ones in order")
 		require.Zero(t, deadLetterCount(t, b.db), "a dead letter put back to work is no longer one")
@@ -253,9 +254,9 @@ func TestRiverUIRetryOfDeadLetterWaitsForTheKey(t *testing.T) {
 		act := newActions(t, b.db)
 		k := appendKeyed(t, b.db, "k", 3)
 		require.Equal(t, []int64{1, 2, 3}, k)
-		eventually(t, 30*time.Second, "the dead letter and its successor running", func() bool {
+		testwait.Eventually(t, 30*time.Second, func() bool {
 			return deadLetterCount(t, b.db) == 1 && rec.hasStarted(k[1])
-		})
+		}, "the dead letter and its successor running")
 
 		poison.Store(0)
 		require.NoError(t, act.retry(jobOf(t, b.db, k[0])))
@@ -264,7 +265,7 @@ func TestRiverUIRetryOfDeadLetterWaitsForTheKey(t *testing.T) {
 		require.Zero(t, deadLetterCount(t, b.db))
 
 		g.open(k[1])
-		eventually(t, 30*time.Second, "the key's three events done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 })
+		testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 }, "the key's three events done")
 		_, byKey := rec.snapshot()
 		require.Equal(t, []int64{k[1], k[0], k[2]}, byKey["k"], "the retry goes next in its key")
 		require.Equal(t, 1, rec.maxKey)
@@ -284,9 +285,9 @@ func TestRiverUIRetryKeepsTheKeyInLine(t *testing.T) {
 		act := newActions(t, b.db)
 		k := appendKeyed(t, b.db, "k", 4)
 		require.Equal(t, []int64{1, 2, 3, 4}, k)
-		eventually(t, 30*time.Second, "the first done, the second running, two pending", func() bool {
+		testwait.Eventually(t, 30*time.Second, func() bool {
 			return rec.hasStarted(k[1]) && countState(t, b.db, "pending") == 2
-		})
+		}, "the first done, the second running, two pending")
 
 		require.NoError(t, act.cancel(jobOf(t, b.db, k[3])), "cancel of a pending job")
 		require.Equal(t, "cancelled", stateOf(t, b.db, k[3]))
@@ -302,7 +303,7 @@ func TestRiverUIRetryKeepsTheKeyInLine(t *testing.T) {
 		require.Equal(t, "running", stateOf(t, b.db, k[1]))
 
 		g.open(k[1])
-		eventually(t, 30*time.Second, "five completions", func() bool { d, _ := rec.snapshot(); return len(d) == 5 })
+		testwait.Eventually(t, 30*time.Second, func() bool { d, _ := rec.snapshot(); return len(d) == 5 }, "five completions")
 		_, byKey := rec.snapshot()
 		require.Equal(t, []int64{k[0], k[1], k[0], k[2], k[3]}, byKey["k"], "released lowest sequence first")
 		require.Equal(t, 1, rec.maxKey)
@@ -334,19 +335,19 @@ func TestRiverUICancelAndDeleteReleaseTheKey(t *testing.T) {
 		k := appendKeyed(t, b.db, "k", 6)
 		require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, k)
 
-		eventually(t, 30*time.Second, "1 running", func() bool { return rec.hasStarted(k[0]) })
+		testwait.Eventually(t, 30*time.Second, func() bool { return rec.hasStarted(k[0]) }, "1 running")
 		require.True(t, act.runningDeleteRefuse(act.del(jobOf(t, b.db, k[0]))), "a running job is not deleted")
 		require.NoError(t, act.cancel(jobOf(t, b.db, k[0])), "cancel of a running job")
-		eventually(t, 30*time.Second, "2 retrying in an hour", func() bool {
+		testwait.Eventually(t, 30*time.Second, func() bool {
 			return stateOf(t, b.db, k[0]) == "cancelled" && stateOf(t, b.db, k[1]) == "retryable"
-		})
+		}, "2 retrying in an hour")
 		require.NoError(t, act.del(jobOf(t, b.db, k[2])), "delete of a pending job")
 		require.NoError(t, act.cancel(jobOf(t, b.db, k[3])), "cancel of a pending job")
 		require.Equal(t, 1, mostInFlight(t, b.db))
 		require.NoError(t, act.del(jobOf(t, b.db, k[1])), "delete of a retrying job")
-		eventually(t, 30*time.Second, "5 retrying in an hour", func() bool { return stateOf(t, b.db, k[4]) == "retryable" })
+		testwait.Eventually(t, 30*time.Second, func() bool { return stateOf(t, b.db, k[4]) == "retryable" }, "5 retrying in an hour")
 		require.NoError(t, act.cancel(jobOf(t, b.db, k[4])), "cancel of a retrying job")
-		eventually(t, 30*time.Second, "6 done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 1 })
+		testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 1 }, "6 done")
 
 		_, byKey := rec.snapshot()
 		require.Equal(t, []int64{k[5]}, byKey["k"])
@@ -384,12 +385,12 @@ func TestRiverUIDeleteOfBlockingDeadLetterKeepsIt(t *testing.T) {
 					res, err := operator(t, b.db).DeadLetterRetry(ctx, dead)
 					require.NoError(t, err)
 					require.Equal(t, bustype.RetryReinserted, res.Action)
-					eventually(t, 30*time.Second, "the key's three events done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 })
+					testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 3 }, "the key's three events done")
 					_, byKey := rec.snapshot()
 					require.Equal(t, k, byKey["k"])
 				} else {
 					require.NoError(t, operator(t, b.db).DeadLetterPurge(ctx, dead))
-					eventually(t, 30*time.Second, "the key's later events done", func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 2 })
+					testwait.Eventually(t, 30*time.Second, func() bool { _, bk := rec.snapshot(); return len(bk["k"]) == 2 }, "the key's later events done")
 					_, byKey := rec.snapshot()
 					require.Equal(t, k[1:], byKey["k"])
 				}
@@ -422,7 +423,7 @@ func TestRiverUIOperatorNeverHoldsAKey(t *testing.T) {
 			}
 		}
 
-		eventually(t, 30*time.Second, "a dead letter", func() bool { return deadLetterCount(t, b.db) > 0 })
+		testwait.Eventually(t, 30*time.Second, func() bool { return deadLetterCount(t, b.db) > 0 }, "a dead letter")
 		rng := rand.New(rand.NewPCG(1, 2))
 		worst := 0
 		done := map[string]int{} // "action state": how many the UI or client accepted
@@ -473,7 +474,7 @@ func TestRiverUIOperatorNeverHoldsAKey(t *testing.T) {
 		}
 
 		// The operator retries every dead letter until none is left.
-		eventually(t, 60*time.Second, "every job finished and no dead letter left", func() bool {
+		testwait.Eventually(t, 60*time.Second, func() bool {
 			dls, err := operator(t, b.db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: orderedPoolName})
 			require.NoError(t, err)
 			for _, d := range dls {
@@ -484,7 +485,7 @@ func TestRiverUIOperatorNeverHoldsAKey(t *testing.T) {
 				AND state NOT IN ('cancelled', 'completed', 'discarded')`, orderedPoolName).Scan(&unfinished))
 			worst = max(worst, mostInFlight(t, b.db))
 			return len(dls) == 0 && unfinished == 0
-		})
+		}, "every job finished and no dead letter left")
 		t.Logf("actions done, by the job's state: %v", done)
 		require.Equal(t, 1, worst, "never two jobs of one key in flight")
 		require.Equal(t, 1, rec.maxKey)
@@ -532,12 +533,12 @@ func TestRiverUIRetryServedByRunProcess(t *testing.T) {
 	seqs := appendKeyed(t, db, "k", 5)
 	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqs)
 	var dead int64
-	eventually(t, 30*time.Second, "3 a dead letter, 4 and 5 held", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		var pending int
 		require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(max(job_id), 0), (SELECT count(*) FROM river_job WHERE state = 'pending')
 			FROM riverbus_dead_letter`).Scan(&dead, &pending))
 		return dead != 0 && pending == 2
-	})
+	}, "3 a dead letter, 4 and 5 held")
 
 	body := fmt.Sprintf(`{"ids": ["%d"]}`, dead)
 	resp, err := http.Post(strings.TrimSuffix(uiURL[1], "/")+"/api/jobs/retry", "application/json", strings.NewReader(body))
@@ -546,11 +547,11 @@ func TestRiverUIRetryServedByRunProcess(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(msg))
 
-	eventually(t, 30*time.Second, "every job completed", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		var unfinished int
 		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'blocked' AND state <> 'completed'`).Scan(&unfinished))
 		return unfinished == 0
-	})
+	}, "every job completed")
 	var order []int64
 	require.NoError(t, db.QueryRow(ctx, `SELECT array_agg(sequence ORDER BY at) FROM it_attempt`).Scan(&order))
 	require.Equal(t, []int64{1, 2, 3, 3, 4, 5}, order, "3's retry first, then the held events in order")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,21 +38,21 @@ func TestRunDemoProcess(t *testing.T) {
 
 	// Events reach workers: the summary line shows completed jobs.
 	done := regexp.MustCompile(`audit lag \d+ done (\d+)`)
-	eventually(t, 60*time.Second, "demo jobs completed", func() bool {
+	testwait.Eventually(t, 60*time.Second, func() bool {
 		for _, m := range done.FindAllStringSubmatch(p.out.String(), -1) {
 			if n, _ := strconv.Atoi(m[1]); n > 0 {
 				return true
 			}
 		}
 		return false
-	})
+	}, "demo jobs completed")
 
 	// billing's poison invoice (one in the first 10 s at this rate) is a
 	// dead letter within seconds, not minutes: its checkpoint moves on.
 	dead := regexp.MustCompile(`billing lag \d+ done \d+ dead [1-9]`)
-	eventually(t, 60*time.Second, "billing's poison invoice reaches the dead letters", func() bool {
+	testwait.Eventually(t, 60*time.Second, func() bool {
 		return dead.MatchString(p.out.String())
-	})
+	}, "billing's poison invoice reaches the dead letters")
 
 	get := func(url string) (int, string) {
 		resp, err := http.Get(url)

@@ -15,6 +15,7 @@ import (
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 )
 
 type attempt struct {
@@ -76,11 +77,11 @@ func TestCompetingWorkerProcesses(t *testing.T) {
 		ws = append(ws, w)
 	}
 
-	eventually(t, 90*time.Second, "every job finished", func() bool {
+	testwait.Eventually(t, 90*time.Second, func() bool {
 		var unfinished, total int
 		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('completed', 'discarded')), count(*) FROM river_job WHERE kind = 'shared'`).Scan(&unfinished, &total))
 		return total == events && unfinished == 0
-	})
+	}, "every job finished")
 
 	got := attempts(t, db)
 	require.Len(t, got, events, "every event was worked")
@@ -125,14 +126,14 @@ func TestCompetingWorkerProcesses(t *testing.T) {
 	// does, ending once more as a dead letter).
 	_, err = operator(t, db).DeadLetterRetry(ctx, dls[0].JobID)
 	require.NoError(t, err)
-	eventually(t, 30*time.Second, "retried dead letter worked again", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		return len(attempts(t, db)[poison]) == 6
-	})
-	eventually(t, 30*time.Second, "dead letter again", func() bool {
+	}, "retried dead letter worked again")
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		dls, err := operator(t, db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: "shared"})
 		require.NoError(t, err)
 		return len(dls) == 1 && dls[0].JobID != 0
-	})
+	}, "dead letter again")
 	for _, w := range ws {
 		w.stop()
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -209,7 +210,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	}()
 
 	// Advance computed 10 from its snapshot and now waits for the row lock.
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		var waiting bool
 		err := db.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, advancePID).Scan(&waiting)
 		return err == nil && waiting

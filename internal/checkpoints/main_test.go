@@ -87,15 +87,3 @@ func setCursor(t *testing.T, db *pgxpool.Pool, pool string, cursor int64) {
 	_, err := db.Exec(context.Background(), `UPDATE riverbus_pool SET cursor_seq = $2 WHERE name = $1`, pool, cursor)
 	require.NoError(t, err)
 }
-
-// eventually waits for cond with a deadline, polling every 10ms.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, msg)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

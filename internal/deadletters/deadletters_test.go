@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -55,7 +56,7 @@ func (w *flakyWorker) handled() []int64 {
 func waitDeadLetters(t *testing.T, db *pgxpool.Pool, pool string, n int) []bustype.DeadLetter {
 	t.Helper()
 	var dls []bustype.DeadLetter
-	jobtest.Eventually(t, 30*time.Second, func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		dls = listDeadLetters(t, db, pool)
 		return len(dls) == n
 	}, "%d dead letters in pool %s (have %d)", n, pool, len(dls))
@@ -135,7 +136,7 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	jobtest.StopClient(t, first) // gives up leadership
 
 	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, &workers.ClientOpts{DiscardedJobRetentionPeriod: time.Millisecond})
-	jobtest.Eventually(t, 30*time.Second, func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		_, exists := jobtest.GetJob(t, db, ids[0])
 		return !exists
 	}, "River's cleaner deleting job %d", ids[0])
@@ -210,7 +211,7 @@ func TestRetryDeadLettersOrder(t *testing.T) {
 		}
 	}
 
-	jobtest.Eventually(t, 30*time.Second, func() bool { return len(w.handled()) == 5 }, "5 events handled (have %v)", w.handled())
+	testwait.Eventually(t, 30*time.Second, func() bool { return len(w.handled()) == 5 }, "5 events handled (have %v)", w.handled())
 	require.Equal(t, []int64{1, 2, 3, 4, 5}, w.handled())
 	require.Empty(t, listDeadLetters(t, db, "payments"))
 	for _, r := range res {
@@ -461,7 +462,7 @@ func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
 					done <- deadletters.Purge(ctx, db, id)
 				}
 			}()
-			jobtest.Eventually(t, 10*time.Second, func() bool {
+			testwait.Eventually(t, 10*time.Second, func() bool {
 				var waiting int
 				require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))

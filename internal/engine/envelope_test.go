@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/testwait"
 )
 
 // Every job the fan-out writes decodes into its bustype type, strictly (no
@@ -116,10 +117,10 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 	defer func() { _ = held.Rollback(ctx) }()
 	late := map[int64]bool{appendIn(held, true, false): true, appendIn(held, true, true): true}
 	appendTx(1, false)
-	eventually(t, 10*time.Second, "the held transaction's sequences skipped", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		pass(t, f)
 		return horizon(t, b.db).GapsSkipped > 0
-	})
+	}, "the held transaction's sequences skipped")
 	require.NoError(t, held.Commit(ctx))
 	drain(t, f)
 	// An event too deep for Go, not late.

@@ -18,6 +18,7 @@ import (
 	hz "github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -41,7 +42,6 @@ var (
 	openWriter  = fanouttest.OpenWriter
 	jobs        = fanouttest.Jobs
 	horizon     = fanouttest.Horizon
-	eventually  = fanouttest.Eventually
 	pass        = fanouttest.Pass
 )
 
@@ -110,10 +110,10 @@ func TestInFlightGapHeld(t *testing.T) {
 	require.Equal(t, map[int64]int{before: 1}, c)
 
 	require.NoError(t, txA.Commit(ctx))
-	eventually(t, 10*time.Second, "both delivered after commit", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		return len(c) == 3
-	})
+	}, "both delivered after commit")
 	c, late := jobs(t, b.db, "pp")
 	require.Equal(t, map[int64]int{before: 1, n: 1, after: 1}, c)
 	require.False(t, late[n])
@@ -146,10 +146,10 @@ func TestRolledBackGapIsProvenNotTimedOut(t *testing.T) {
 	require.Equal(t, int64(1), h.GapsProvenDead)
 	require.Zero(t, h.GapsSkipped)
 	require.Zero(t, h.Watching)
-	eventually(t, 5*time.Second, "event after the gap delivered", func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		return c[after] == 1
-	})
+	}, "event after the gap delivered")
 	c, _ := jobs(t, b.db, "pp")
 	require.Equal(t, map[int64]int{after: 1}, c)
 	require.NotContains(t, c, n)
@@ -182,10 +182,10 @@ func TestUnrelatedLongTransactionDoesNotStallProof(t *testing.T) {
 	// that ends between a round's snapshot and its pg_locks read can defer
 	// the proof by a round. The gap timeout is an hour, so only the proof
 	// can pass it.
-	eventually(t, 10*time.Second, "rolled-back gap proven", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		pass(t, f)
 		return horizon(t, b.db).Horizon == after
-	})
+	}, "rolled-back gap proven")
 	h := horizon(t, b.db)
 	require.Equal(t, int64(1), h.GapsProvenDead)
 	require.Zero(t, h.GapsSkipped)
@@ -240,10 +240,10 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 	s.Horizon.TestSignals.RoundDone.WaitFor("skipped sequence forgotten", func(r hz.RoundResult) bool { return r.Forgotten > 0 })
 	require.Zero(t, horizon(t, b.db).Watching)
 	// The pool is fanned out in a loop of its own, after the horizon moved.
-	eventually(t, 10*time.Second, "the pool's job", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		return c[after] > 0
-	})
+	}, "the pool's job")
 	c, _ := jobs(t, b.db, "pp")
 	require.NotContains(t, c, n)
 	require.Equal(t, 1, c[after])
@@ -265,25 +265,25 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	after := appendEvent(t, b.db, "after")
 	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r hz.RoundResult) bool { return r.Holding })
 	clock.Advance(time.Hour)
-	eventually(t, 10*time.Second, "gap skipped and later event delivered", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		ca, _ := jobs(t, b.db, "pa")
 		cb, _ := jobs(t, b.db, "pb")
 		return ca[after] == 1 && cb[after] == 1
-	})
+	}, "gap skipped and later event delivered")
 	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped)
 
 	require.NoError(t, txA.Commit(ctx))
-	eventually(t, 10*time.Second, "late event delivered", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		ca, _ := jobs(t, b.db, "pa")
 		cb, _ := jobs(t, b.db, "pb")
 		return ca[n] == 1 && cb[n] == 1
-	})
+	}, "late event delivered")
 	s.Retirer.TestSignals.Retired.WaitFor("late record retired", func(n int64) bool { return n > 0 })
-	eventually(t, 10*time.Second, "skipped range forgotten", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		var left int
 		require.NoError(t, b.db.QueryRow(ctx, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)").Scan(&left))
 		return left == 0
-	})
+	}, "skipped range forgotten")
 	// More passes change nothing.
 	for range 5 {
 		pass(t, f)
@@ -322,23 +322,23 @@ func TestLateEventBeforeResetPointNotDelivered(t *testing.T) {
 	after := appendEvent(t, b.db, "after")
 	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r hz.RoundResult) bool { return r.Holding })
 	clock.Advance(time.Hour)
-	eventually(t, 10*time.Second, "gap skipped and later event delivered", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		ck, _ := jobs(t, b.db, "kept")
 		cm, _ := jobs(t, b.db, "moved")
 		return ck[after] == 1 && cm[after] == 1
-	})
+	}, "gap skipped and later event delivered")
 	_, err := pools.Reset(ctx, b.db, "moved", after)
 	require.NoError(t, err)
 	require.NoError(t, txA.Commit(ctx))
-	eventually(t, 10*time.Second, "late event delivered to the pool that kept its start", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		ck, _ := jobs(t, b.db, "kept")
 		return ck[n] == 1
-	})
-	eventually(t, 10*time.Second, "late record retired", func() bool {
+	}, "late event delivered to the pool that kept its start")
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		var left int
 		require.NoError(t, b.db.QueryRow(ctx, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)").Scan(&left))
 		return left == 0
-	})
+	}, "late record retired")
 	cm, _ := jobs(t, b.db, "moved")
 	require.Equal(t, map[int64]int{after: 1}, cm, "the reset pool starts after %d", after)
 }
@@ -411,12 +411,12 @@ func TestBurstWithRollbacksAndSeveralFanouts(t *testing.T) {
 			odd++
 		}
 	}
-	eventually(t, 60*time.Second, "every committed event fanned out", func() bool {
+	testwait.Eventually(t, 60*time.Second, func() bool {
 		a, _ := jobs(t, b.db, "all")
 		a2, _ := jobs(t, b.db, "all-2")
 		o, _ := jobs(t, b.db, "odd")
 		return len(a) == len(committed) && len(a2) == len(committed) && len(o) == odd
-	})
+	}, "every committed event fanned out")
 	t.Logf("all fanned out %s after start", time.Since(start))
 	for _, pool := range []string{"all", "all-2", "odd"} {
 		c, _ := jobs(t, b.db, pool)
@@ -460,11 +460,11 @@ func TestCatchUpAndLiveHandOff(t *testing.T) {
 		live = append(live, appendEvent(t, b.db, "t"))
 	}
 	all := append(append([]int64{}, old...), live...)
-	eventually(t, 10*time.Second, "all fanned out", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, b.db, "from-beginning")
 		c2, _ := jobs(t, b.db, "from-now")
 		return len(c) == len(all) && len(c2) == len(live)
-	})
+	}, "all fanned out")
 	expect := func(seqs []int64) map[int64]int {
 		m := map[int64]int{}
 		for _, s := range seqs {
@@ -476,10 +476,10 @@ func TestCatchUpAndLiveHandOff(t *testing.T) {
 	require.Equal(t, expect(all), c)
 	c, _ = jobs(t, b.db, "from-now")
 	require.Equal(t, expect(live), c)
-	eventually(t, 10*time.Second, "from-seq fanned out", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, b.db, "from-seq")
 		return len(c) == len(all)-10
-	})
+	}, "from-seq fanned out")
 	c, _ = jobs(t, b.db, "from-seq")
 	require.Equal(t, expect(all[10:]), c)
 	p, err := pools.Get(ctx, b.db, "from-now")
@@ -724,10 +724,10 @@ func TestGapWithXidBoundFromAnotherClusterDoesNotStall(t *testing.T) {
 		VALUES ($1, $1, '1099511627776'::xid8, now() - interval '1 second')`, n)
 	require.NoError(t, err)
 	runFanout(t, f)
-	eventually(t, 10*time.Second, "horizon past the gap and the event delivered", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		return horizon(t, b.db).Horizon >= after && c[after] == 1
-	})
+	}, "horizon past the gap and the event delivered")
 	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped, "passed by the timeout, watched")
 }
 
@@ -821,12 +821,12 @@ func TestLaneLockYieldsToMultiBucketRelease(t *testing.T) {
 		_, _, err := f.FanOutPool(ctx, "ord")
 		done <- err
 	}()
-	eventually(t, 10*time.Second, "the batch waits for the busy bucket", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		var waiting int
 		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
 		return waiting > 0
-	})
+	}, "the batch waits for the busy bucket")
 	_, err = release.Exec(ctx, lockShared, loBucket) // closes the cycle
 	require.NoError(t, err, "the release gets its second bucket")
 	require.NoError(t, release.Commit(ctx))

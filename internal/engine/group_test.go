@@ -17,6 +17,7 @@ import (
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/fanouttest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -108,7 +109,7 @@ func passUntilCaughtUp(t *testing.T, db *pgxpool.Pool, f *engine.Fanout) {
 	ctx := context.Background()
 	var last int64
 	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(max(global_sequence), 0) FROM riverbus_event`).Scan(&last))
-	eventually(t, 30*time.Second, "every pool caught up", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		pass(t, f)
 		all, err := pools.List(ctx, db)
 		require.NoError(t, err)
@@ -118,7 +119,7 @@ func passUntilCaughtUp(t *testing.T, db *pgxpool.Pool, f *engine.Fanout) {
 			}
 		}
 		return true
-	})
+	}, "every pool caught up")
 }
 
 func appendKeyed(t *testing.T, db interface {
@@ -348,12 +349,12 @@ func TestGroupUpdateInsideTransaction(t *testing.T) {
 		seqs = append(seqs, appendKeyed(t, tx, "A"))
 	}
 	require.NoError(t, tx.Commit(ctx))
-	eventually(t, 10*time.Second, "first batch", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		pass(t, f)
 		p, err := pools.Get(ctx, b.db, "switch")
 		require.NoError(t, err)
 		return p.Cursor > 0
-	})
+	}, "first batch")
 	p, err := pools.Get(ctx, b.db, "switch")
 	require.NoError(t, err)
 	require.Equal(t, seqs[2], p.Cursor, "one batch of three events")

@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/testwait"
 )
 
 // deepDepth is deeper than encoding/json accepts (10,000) and than
@@ -248,17 +249,17 @@ CREATE TRIGGER test_block_pool BEFORE INSERT ON river_job FOR EACH ROW EXECUTE F
 	f := newFanout(t, b.db, fanout.Config{})
 	runFanout(t, f)
 	first := appendOK(t, b.db, "a")
-	eventually(t, 10*time.Second, "the hanging pool's batch waits for the lock", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		var waiting bool
 		require.NoError(t, b.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted)`).Scan(&waiting))
 		return waiting
-	})
+	}, "the hanging pool's batch waits for the lock")
 	for range 5 {
 		seq := appendOK(t, b.db, "a")
-		eventually(t, 10*time.Second, "the healthy pool's job", func() bool {
+		testwait.Eventually(t, 10*time.Second, func() bool {
 			_, ok := jobStates(t, b.db, "healthy")[seq]
 			return ok
-		})
+		}, "the healthy pool's job")
 	}
 	require.Contains(t, jobStates(t, b.db, "healthy"), first)
 	require.Empty(t, jobStates(t, b.db, "hanging"))
@@ -266,7 +267,7 @@ CREATE TRIGGER test_block_pool BEFORE INSERT ON river_job FOR EACH ROW EXECUTE F
 
 	// Released, the hanging pool catches up.
 	require.NoError(t, holder.Rollback(ctx))
-	eventually(t, 10*time.Second, "the hanging pool's jobs", func() bool { return len(jobStates(t, b.db, "hanging")) == 6 })
+	testwait.Eventually(t, 10*time.Second, func() bool { return len(jobStates(t, b.db, "hanging")) == 6 }, "the hanging pool's jobs")
 	require.Empty(t, jobStates(t, b.db, "failing"))
 }
 

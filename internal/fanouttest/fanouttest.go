@@ -145,15 +145,3 @@ func Horizon(t *testing.T, db *pgxpool.Pool) *horizon.Status {
 	require.NoError(t, err)
 	return h
 }
-
-// Eventually waits for cond, failing the test after timeout.
-func Eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

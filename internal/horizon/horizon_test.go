@@ -17,6 +17,7 @@ import (
 	"github.com/riverbus/riverbus/internal/fanouttest"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/testwait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -39,7 +40,6 @@ var (
 	openWriter  = fanouttest.OpenWriter
 	jobs        = fanouttest.Jobs
 	status      = fanouttest.Horizon
-	eventually  = fanouttest.Eventually
 	pass        = fanouttest.Pass
 )
 
@@ -129,18 +129,18 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 	s := fanouttest.InitSignals(t, f)
 	runFanout(t, f)
 	s.Horizon.TestSignals.RoundDone.WaitFor("jump skipped by the gap timeout", func(r horizon.RoundResult) bool { return r.Skipped > 0 })
-	eventually(t, 10*time.Second, "the event above the jump fanned out", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, db, "pp")
 		return c[top] == 1
-	})
+	}, "the event above the jump fanned out")
 	require.Equal(t, int64(1), count(t, db, "SELECT count(*) FROM riverbus_skipped"), "one range for the whole run")
 	require.Equal(t, int64(1e15+1), status(t, db).Watching)
 	require.LessOrEqual(t, count(t, db, "SELECT count(*) FROM riverbus_gap"), int64(1))
 	require.NoError(t, txA.Commit(ctx))
-	eventually(t, 10*time.Second, "late event delivered and its range forgotten", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, db, "pp")
 		return c[held] == 1 && count(t, db, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)") == 0
-	})
+	}, "late event delivered and its range forgotten")
 	c, late := jobs(t, db, "pp")
 	require.Equal(t, map[int64]int{first: 1, above: 1, held: 1, top: 1}, c)
 	require.True(t, late[held])
@@ -150,10 +150,10 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 	_, err = db.Exec(ctx, "SELECT setval('riverbus_event_global_sequence', 9000000000000000000)")
 	require.NoError(t, err)
 	last := appendEvent(t, db, "t")
-	eventually(t, 10*time.Second, "horizon past a jump to 9e18", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, db, "pp")
 		return c[last] == 1
-	})
+	}, "horizon past a jump to 9e18")
 	require.Equal(t, last, status(t, db).Horizon)
 }
 
@@ -194,10 +194,10 @@ func TestBurnedNumbersLeaveOneRange(t *testing.T) {
 	}
 
 	require.NoError(t, txA.Commit(ctx))
-	eventually(t, 10*time.Second, "late event delivered and retired", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		pass(t, f)
 		return count(t, db, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late) + (SELECT count(*) FROM riverbus_pool_late)") == 0
-	})
+	}, "late event delivered and retired")
 	for range 3 {
 		pass(t, f)
 	}
@@ -264,10 +264,10 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 	_, err = db.Exec(ctx, "ALTER SEQUENCE riverbus_event_global_sequence CACHE 1")
 	require.NoError(t, err)
 	require.NoError(t, a.Close(ctx))
-	eventually(t, 10*time.Second, "horizon past the cached numbers", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		pass(t, f)
 		return status(t, db).Horizon >= s2
-	})
+	}, "horizon past the cached numbers")
 	c, _ = jobs(t, db, "pp")
 	require.Equal(t, map[int64]int{s1: 1, s3: 1, s2: 1}, c)
 	require.Empty(t, status(t, db).Problems)
@@ -417,11 +417,11 @@ func TestHorizonRowDeletedAndRepaired(t *testing.T) {
 	require.False(t, again.Created)
 
 	runFanout(t, f)
-	eventually(t, 10*time.Second, "every event delivered", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		k, _ := jobs(t, b.db, "keyed")
 		return len(c) == len(seqs) && len(k) == len(seqs)
-	})
+	}, "every event delivered")
 	for _, pool := range []string{"pp", "keyed"} {
 		c, _ := jobs(t, b.db, pool)
 		for _, s := range seqs {

@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -124,19 +125,6 @@ func StopClient(t testing.TB, client *river.Client[pgx.Tx]) {
 	require.NoError(t, client.Stop(ctx))
 }
 
-// Eventually waits for cond with a deadline, polling every 10ms, and fails
-// the test with msg (formatted with args) when the deadline passes.
-func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, fmt.Sprintf(msg, args...))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Job is what the tests check of a river_job row.
 type Job struct {
 	State       string
@@ -164,7 +152,7 @@ func GetJob(t testing.TB, db *pgxpool.Pool, id int64) (Job, bool) {
 func WaitJobState(t testing.TB, db *pgxpool.Pool, id int64, state string) Job {
 	t.Helper()
 	var j Job
-	Eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		var ok bool
 		j, ok = GetJob(t, db, id)
 		return ok && j.State == state

@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,6 +22,7 @@ import (
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -95,7 +95,7 @@ func (b *testBundle) appendEvent(t *testing.T, typ, key, data string) (outbox.Ev
 		RETURNING global_sequence, event_id, type, key, tags, data, metadata, occurred_at`, typ, key, data).
 		Scan(&ev.GlobalSequence, &ev.EventID, &ev.Type, &ev.Key, &ev.Tags, &ev.Data, &ev.Metadata, &ev.OccurredAt))
 	var jobID int64
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		_, err := b.fanout.Pass(ctx)
 		require.NoError(t, err)
 		err = b.db.QueryRow(ctx, `SELECT id FROM river_job WHERE kind = $1 AND (args->>'global_sequence')::bigint = $2`,
@@ -107,18 +107,6 @@ func (b *testBundle) appendEvent(t *testing.T, typ, key, data string) (outbox.Ev
 		return true
 	}, "job of event %d", ev.GlobalSequence)
 	return ev, jobID
-}
-
-// eventually waits for cond with a deadline, polling every 10ms.
-func eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, fmt.Sprintf(msg, args...))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 type jobRow struct {
@@ -142,7 +130,7 @@ func getJob(t testing.TB, db *pgxpool.Pool, id int64) jobRow {
 func waitJobState(t testing.TB, db *pgxpool.Pool, id int64, state rivertype.JobState) jobRow {
 	t.Helper()
 	var j jobRow
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		j = getJob(t, db, id)
 		return j.State == string(state)
 	}, "job %d %s (now %+v)", id, state, &j)

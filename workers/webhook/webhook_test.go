@@ -17,6 +17,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -237,7 +238,7 @@ func TestDeadLetterAndRetry(t *testing.T) {
 	operator, err := riverbus.NewClient(b.db, nil)
 	require.NoError(t, err)
 	var dls []bustype.DeadLetter
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		var err error
 		dls, err = operator.DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: pool})
 		require.NoError(t, err)
