@@ -19,9 +19,9 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/service"
 	"github.com/riverbus/riverbus/migrations"
-	"github.com/riverbus/riverbus/workers"
 )
 
 // ErrNotMigrated is returned by Start when the database lacks the riverbus
@@ -71,7 +71,7 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 			return nil, fmt.Errorf("riverbus: %w", err)
 		}
 	}
-	if _, err := workers.ClientConfig(c.Work.ClientOpts(nil, nil)); err != nil {
+	if _, err := riverclient.Config(riverclient.FromConfig(c.Work, nil, nil)); err != nil {
 		return nil, fmt.Errorf("riverbus: Work: %w", err)
 	}
 	client.stopped = make(chan struct{})
@@ -101,7 +101,7 @@ func (c *Client) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rcfg, err := workers.ClientConfig(c.cfg.Work.ClientOpts(queues, c.cfg.Workers.river))
+		rcfg, err := riverclient.Config(riverclient.FromConfig(c.cfg.Work, queues, c.cfg.Workers.river))
 		if err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -71,7 +72,7 @@ func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaos
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosGroupedArgs]) error { return nil }))
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosLateOrderedArgs]) error { return nil }))
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosLateGroupedArgs]) error { return nil }))
-	cfg, err := workers.ClientConfig(workers.ClientOpts{
+	cfg, err := riverclient.Config(riverclient.Opts{
 		Workers: ws,
 		Queues: map[string]int{
 			bustype.DefaultQueue(chaosGrouped): 20, bustype.DefaultQueue(chaosLateOrdered): 20, bustype.DefaultQueue(chaosLateGrouped): 20,

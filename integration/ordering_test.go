@@ -23,6 +23,7 @@ import (
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -156,7 +157,7 @@ func setupOrdered(t *testing.T, params bustype.PoolParams, maxWorkers int, rec *
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, rec)
-	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{bustype.DefaultQueue(orderedPoolName): maxWorkers},
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue(orderedPoolName): maxWorkers},
 		Workers: ws, Logger: discardLogger()})
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(db), cfg)

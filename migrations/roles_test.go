@@ -31,6 +31,7 @@ import (
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -424,7 +425,7 @@ func TestWorkerRole(t *testing.T) {
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &billingWorker{})
-	cfg, err := workers.ClientConfig(workers.ClientOpts{
+	cfg, err := riverclient.Config(riverclient.Opts{
 		Queues:  map[string]int{bustype.DefaultQueue("billing"): 3},
 		Workers: ws,
 		Logger:  logger,

@@ -14,7 +14,7 @@
 //   - Args: what a pool job carries, and the args type of a handler
 //   - Decode: the event's data as a Go value
 //   - Exactly once: CompleteTx and RunExactlyOnce
-//   - Client settings: Config, ClientOpts, ClientConfig
+//   - Client settings: Config
 //   - Dead letters: what becomes of a job that used up its attempts
 //
 // # Args
@@ -50,10 +50,9 @@
 // # Client settings
 //
 // Config holds the River settings of a riverbus.Client's workers
-// (riverbus.Config.Work). ClientConfig returns a river.Config with settings
-// fit for an event bus, for an application that runs its own River client:
-// fast fetching, a job timeout with prompt rescue, and dead letters kept.
-// Each field of Config documents its default and why.
+// (riverbus.Config.Work): settings fit for an event bus — fast fetching, a
+// job timeout with prompt rescue, and dead letters kept. Each field of
+// Config documents its default and why.
 //
 // # Dead letters
 //

@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -56,29 +57,18 @@ func Example() {
 	db, drop := exampleDB() // a fresh, migrated test database
 	defer drop()
 
-	// The pool (normally created with the fan-out's CreatePool) and the
-	// projection the worker writes.
-	if _, err := db.Exec(ctx, `INSERT INTO riverbus_pool (name, queue, start_after, cursor_seq)
-		VALUES ('billing', 'billing', 0, 0)`); err != nil {
+	booked := make(chan string, 1)
+	ws := riverbus.NewWorkers()
+	riverbus.AddWorker(ws, &BillingWorker{db: db, booked: booked}, nil)
+	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	// The pool (once, at deploy time) and the projection the worker writes.
+	if _, _, err := client.PoolCreate(ctx, bustype.PoolParams{Name: "billing", EventTypes: []string{"invoice.paid"}}); err != nil {
 		panic(err)
 	}
 	if _, err := db.Exec(ctx, `CREATE TABLE revenue (invoice text PRIMARY KEY, cents bigint NOT NULL)`); err != nil {
-		panic(err)
-	}
-
-	booked := make(chan string, 1)
-	ws := river.NewWorkers()
-	river.AddWorker(ws, &BillingWorker{db: db, booked: booked})
-	cfg, err := workers.ClientConfig(workers.ClientOpts{
-		Queues:  map[string]int{"billing": 10},
-		Workers: ws,
-		Logger:  slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		panic(err)
-	}
-	client, err := river.NewClient(riverpgxv5.New(db), cfg)
-	if err != nil {
 		panic(err)
 	}
 	if err := client.Start(ctx); err != nil {
@@ -86,14 +76,12 @@ func Example() {
 	}
 	defer client.Stop(ctx) //nolint:errcheck
 
-	// The fan-out inserts one job like this per event of the pool.
-	_, err = client.Insert(ctx, BillingArgs{Args: workers.Args{Event: outbox.Event{
-		GlobalSequence: 1,
-		Type:           "invoice.paid",
-		Key:            "inv-1",
-		Data:           json.RawMessage(`{"invoice": "inv-1", "cents": 1250}`),
-		Metadata:       json.RawMessage(`{}`),
-	}}}, &river.InsertOpts{Queue: "billing"})
+	// The fan-out turns the event into one job of the pool.
+	_, err = outbox.Append(ctx, db, outbox.Event{
+		Type: "invoice.paid",
+		Key:  "inv-1",
+		Data: json.RawMessage(`{"invoice": "inv-1", "cents": 1250}`),
+	})
 	if err != nil {
 		panic(err)
 	}

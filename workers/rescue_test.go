@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -50,7 +51,7 @@ func TestRescuerRetriesStuckJobsOfPoolsThisClientDoesNotWork(t *testing.T) {
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[paymentArgs]) error { return nil }))
-	jobtest.StartClient(t, db, ws, map[string]int{"payments": 1}, &workers.ClientOpts{
+	jobtest.StartClient(t, db, ws, map[string]int{"payments": 1}, &riverclient.Opts{
 		JobTimeout: time.Second, RescueStuckJobsAfter: 2 * time.Second,
 	})
 

@@ -1,6 +1,6 @@
 // Command testworker is a pool worker process for the integration tests:
 // it works one pool's jobs with a River client configured by
-// workers.ClientConfig and records what it did in tables the tests read.
+// riverclient.Config and records what it did in tables the tests read.
 //
 //	testworker -pool NAME -mode record|projection|ordered [-fail-first-attempt-every N]
 //
@@ -38,6 +38,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -160,7 +161,7 @@ func run(ctx context.Context, concurrency int) error {
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &worker{})
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	cfg, err := workers.ClientConfig(workers.ClientOpts{
+	cfg, err := riverclient.Config(riverclient.Opts{
 		Queues:     map[string]int{queue: concurrency},
 		Workers:    ws,
 		JobTimeout: 5 * time.Second,

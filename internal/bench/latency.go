@@ -17,6 +17,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -142,7 +143,7 @@ func latencyRaw(ctx context.Context, e *env, rate, n int) (latencySample, error)
 		return latencySample{}, err
 	}
 	defer stopClient(client)
-	cfg, err := workers.ClientConfig(workers.ClientOpts{Logger: e.quiet})
+	cfg, err := riverclient.Config(riverclient.Opts{Logger: e.quiet})
 	if err != nil {
 		return latencySample{}, err
 	}
@@ -206,7 +207,7 @@ func (p *probe) startClient(ctx context.Context, e *env, db *pgxpool.Pool) (*riv
 		p.mu.Unlock()
 		return nil
 	}))
-	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{benchKind: latencyWorkers}, Workers: w, Logger: e.quiet})
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{benchKind: latencyWorkers}, Workers: w, Logger: e.quiet})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -224,7 +225,7 @@ func runDrain(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	note := fmt.Sprintf("%d no-op jobs, workers.ClientConfig (FetchCooldown %s, FetchPollInterval %s), MaxWorkers %d, timed from Client.Start to the last completed event",
+	note := fmt.Sprintf("%d no-op jobs, riverbus worker settings (FetchCooldown %s, FetchPollInterval %s), MaxWorkers %d, timed from Client.Start to the last completed event",
 		n, workers.FetchCooldownDefault, workers.FetchPollIntervalDefault, drainWorkers)
 	return []Result{paired("drain", "throughput", "jobs/s", rbs, raws, &Target{Of: "ratio", Op: ">=", Value: 0.9}, note)}, nil
 }
@@ -256,7 +257,7 @@ func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*bust
 func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int) (float64, error) {
 	w := river.NewWorkers()
 	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
-	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Logger: e.quiet})
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Logger: e.quiet})
 	if err != nil {
 		return 0, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/workers"
@@ -302,7 +303,7 @@ func TestWaitFor(t *testing.T) {
 	w := &completeWorker{release: make(chan struct{})}
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{"orders": 4}, Workers: ws})
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{"orders": 4}, Workers: ws})
 	require.NoError(t, err)
 	cfg.TestOnly = true
 	client, err := river.NewClient(riverpgxv5.New(db), cfg)

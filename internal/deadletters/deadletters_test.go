@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -135,7 +136,7 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	waitDeadLetters(t, db, "payments", 1)
 	jobtest.StopClient(t, first) // gives up leadership
 
-	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, &workers.ClientOpts{DiscardedJobRetentionPeriod: time.Millisecond})
+	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, &riverclient.Opts{DiscardedJobRetentionPeriod: time.Millisecond})
 	testwait.Eventually(t, 30*time.Second, func() bool {
 		_, exists := jobtest.GetJob(t, db, ids[0])
 		return !exists

@@ -1,7 +1,7 @@
 // Package jobtest holds the helpers that the tests of the job side share
 // (handlers in package workers, dead letters): pools and pool jobs written
 // the way the fan-out writes them, a River client built by
-// workers.ClientConfig that retries at once, and waiting for a job's state.
+// riverclient.Config that retries at once, and waiting for a job's state.
 // Tests only.
 package jobtest
 
@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -96,17 +97,17 @@ type soonRetry struct{}
 
 func (soonRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(time.Millisecond) }
 
-// StartClient starts a River client built by workers.ClientConfig from opts
+// StartClient starts a River client built by riverclient.Config from opts
 // (nil: the defaults) with queues and ws, with immediate retries, stopped
 // when the test ends.
-func StartClient(t testing.TB, db *pgxpool.Pool, ws *river.Workers, queues map[string]int, opts *workers.ClientOpts) *river.Client[pgx.Tx] {
+func StartClient(t testing.TB, db *pgxpool.Pool, ws *river.Workers, queues map[string]int, opts *riverclient.Opts) *river.Client[pgx.Tx] {
 	t.Helper()
-	o := workers.ClientOpts{}
+	o := riverclient.Opts{}
 	if opts != nil {
 		o = *opts
 	}
 	o.Queues, o.Workers, o.Logger = queues, ws, DiscardLogger
-	cfg, err := workers.ClientConfig(o)
+	cfg, err := riverclient.Config(o)
 	require.NoError(t, err)
 	cfg.TestOnly = true
 	cfg.RetryPolicy = soonRetry{}

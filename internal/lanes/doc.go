@@ -21,7 +21,7 @@
 //   - handoff.go: River worker middleware (Handoff) that completes a
 //     succeeded lane job in a transaction of its own, so the database
 //     hands its lane on at once instead of after River's batched
-//     completer. workers.ClientConfig installs it.
+//     completer. riverclient.Config installs it.
 //
 // In the database (migrations, by name):
 //

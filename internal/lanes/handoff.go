@@ -29,7 +29,7 @@ import (
 // immediate completion at all a single key would wait for River's
 // completer at every hand-off.
 //
-// workers.ClientConfig installs it. Jobs of unordered pools pass through untouched.
+// riverclient.Config installs it. Jobs of unordered pools pass through untouched.
 type Handoff struct {
 	river.MiddlewareDefaults
 	inFlight atomic.Int64

@@ -11,7 +11,7 @@
 //
 // # Sections
 //
-//   - Registering: Register and Config
+//   - Registering: Bind, Register and Config
 //   - The request: body and headers
 //   - Signatures: the scheme, for receivers in any language; Sign, Verify
 //   - A receiver in Go
@@ -22,14 +22,18 @@
 //
 // # Registering
 //
-// Register(ws, cfg) adds the worker of pool cfg.Pool to a river.Workers,
-// which then goes into the River client's config as usual, for instance
-// through workers.ClientConfig:
+// Bind(ws, cfg, opts) binds the delivery of pool cfg.Pool to a
+// riverbus.Workers, as riverbus.AddWorker binds a Go handler; a
+// riverbus.Client started with those workers works the pool's queue:
 //
-//	ws := river.NewWorkers()
-//	err := webhook.Register(ws, webhook.Config{Pool: "billing", URL: "https://billing.internal/events", Secret: secret})
-//	cfg, err := workers.ClientConfig(workers.ClientOpts{Queues: map[string]int{"billing": 10}, Workers: ws})
-//	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+//	ws := riverbus.NewWorkers()
+//	err := webhook.Bind(ws, webhook.Config{Pool: "billing", URL: "https://billing.internal/events", Secret: secret},
+//		&riverbus.WorkerOpts{MaxWorkers: 10})
+//	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
+//	err = client.Start(ctx)
+//
+// Register(ws, cfg) adds the same worker to a plain river.Workers, for an
+// application that runs its own River client over pool jobs.
 //
 // River registers workers by Go type and each type has a fixed Kind, while
 // a pool name is only known at run time; Register therefore uses

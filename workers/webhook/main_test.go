@@ -22,9 +22,9 @@ import (
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
-	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
 
@@ -47,7 +47,7 @@ type testBundle struct {
 }
 
 // setup gives a fresh database with pool "hooks" of maxAttempts, a started
-// River client from workers.ClientConfig with the webhook of cfg (its Pool
+// River client from riverclient.Config with the webhook of cfg (its Pool
 // set to "hooks") and fast retries, and a fan-out to turn events into jobs.
 func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 	t.Helper()
@@ -62,7 +62,7 @@ func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 		cfg.Logger = discardLogger
 	}
 	require.NoError(t, webhook.Register(ws, cfg))
-	rc, err := workers.ClientConfig(workers.ClientOpts{
+	rc, err := riverclient.Config(riverclient.Opts{
 		Queues:  map[string]int{bustype.DefaultQueue(pool): 2},
 		Workers: ws,
 		Logger:  discardLogger,

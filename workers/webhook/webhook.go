@@ -65,7 +65,7 @@ type Config struct {
 	// Timeout bounds one delivery: connecting, sending, and receiving the
 	// response headers and the part of the body that is read. Zero:
 	// TimeoutDefault (10s). -1: no timeout of its own. Either way the River
-	// client's JobTimeout (workers.ClientOpts.JobTimeout, one minute by
+	// client's JobTimeout (riverclient.Opts.JobTimeout, one minute by
 	// default) also applies, so keep Timeout below it.
 	Timeout time.Duration
 

@@ -1,0 +1,98 @@
+package riverclient_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/workers"
+)
+
+type billingArgs struct{ workers.Args }
+
+func (billingArgs) Kind() string { return "billing" }
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+
+	ws := river.NewWorkers()
+	river.AddWorker(ws, river.WorkFunc(func(_ context.Context, _ *river.Job[billingArgs]) error { return nil }))
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{"billing": 50, "audit": 5}, Workers: ws})
+		require.NoError(t, err)
+		require.Equal(t, time.Millisecond, cfg.FetchCooldown)
+		require.Equal(t, 100*time.Millisecond, cfg.FetchPollInterval)
+		require.Equal(t, time.Minute, cfg.JobTimeout)
+		require.Equal(t, 2*time.Minute, cfg.RescueStuckJobsAfter)
+		require.Equal(t, time.Duration(-1), cfg.DiscardedJobRetentionPeriod)
+		require.Equal(t, map[string]river.QueueConfig{"billing": {MaxWorkers: 50}, "audit": {MaxWorkers: 5}}, cfg.Queues)
+		require.Same(t, ws, cfg.Workers)
+
+		// River accepts it.
+		_, err = river.NewClient(riverpgxv5.New(pgtest.NewPool(t)), cfg)
+		require.NoError(t, err)
+	})
+
+	t.Run("Overrides", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := riverclient.Config(riverclient.Opts{
+			FetchCooldown:               2 * time.Millisecond,
+			FetchPollInterval:           time.Second,
+			JobTimeout:                  10 * time.Second,
+			DiscardedJobRetentionPeriod: 24 * time.Hour,
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2*time.Millisecond, cfg.FetchCooldown)
+		require.Equal(t, time.Second, cfg.FetchPollInterval)
+		require.Equal(t, 10*time.Second, cfg.JobTimeout)
+		require.Equal(t, 70*time.Second, cfg.RescueStuckJobsAfter)
+		require.Equal(t, 24*time.Hour, cfg.DiscardedJobRetentionPeriod)
+		require.Nil(t, cfg.Queues, "no queues: an insert-only client")
+
+		cfg, err = riverclient.Config(riverclient.Opts{JobTimeout: -1})
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), cfg.JobTimeout)
+		require.Equal(t, time.Hour, cfg.RescueStuckJobsAfter)
+
+		cfg, err = riverclient.Config(riverclient.Opts{FetchCooldown: 200 * time.Millisecond})
+		require.NoError(t, err)
+		require.Equal(t, 200*time.Millisecond, cfg.FetchPollInterval, "the default poll interval is never below the cooldown")
+		_, err = river.NewClient(riverpgxv5.New(nil), cfg)
+		require.NoError(t, err)
+	})
+
+	for _, tt := range []struct {
+		name string
+		opts riverclient.Opts
+		want string
+	}{
+		{"FetchCooldownNegative", riverclient.Opts{FetchCooldown: -time.Millisecond}, "FetchCooldown must be at least 1ms, got -1ms"},
+		{"FetchCooldownTooShort", riverclient.Opts{FetchCooldown: time.Microsecond}, "FetchCooldown must be at least 1ms, got 1µs"},
+		{"FetchPollIntervalBelowCooldown", riverclient.Opts{FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 2 * time.Millisecond}, "FetchPollInterval must be at least FetchCooldown (5ms), got 2ms"},
+		{"JobTimeoutNegative", riverclient.Opts{JobTimeout: -2 * time.Second}, "JobTimeout must be positive or -1 (no timeout), got -2s"},
+		{"RescueNegative", riverclient.Opts{RescueStuckJobsAfter: -time.Second}, "RescueStuckJobsAfter must be positive, got -1s"},
+		{"RescueNotAfterTimeout", riverclient.Opts{JobTimeout: time.Minute, RescueStuckJobsAfter: time.Minute}, "RescueStuckJobsAfter must be longer than JobTimeout (1m0s), got 1m0s"},
+		{"DiscardedRetentionNegative", riverclient.Opts{DiscardedJobRetentionPeriod: -time.Hour}, "DiscardedJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
+		{"QueuesWithoutWorkers", riverclient.Opts{Queues: map[string]int{"billing": 1}}, "Workers must be set when Queues is not empty"},
+		{"QueueEmptyName", riverclient.Opts{Queues: map[string]int{"": 1}, Workers: ws}, "Queues must not have an empty queue name"},
+		{"QueueZeroWorkers", riverclient.Opts{Queues: map[string]int{"billing": 0}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 0`},
+		{"QueueTooManyWorkers", riverclient.Opts{Queues: map[string]int{"billing": 10_001}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 10001`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := riverclient.Config(tt.opts)
+			require.EqualError(t, err, tt.want)
+			require.Nil(t, cfg)
+		})
+	}
+}
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
