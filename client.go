@@ -71,7 +71,7 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 			return nil, fmt.Errorf("riverbus: %w", err)
 		}
 	}
-	if _, err := riverclient.Config(riverclient.FromConfig(c.Work, nil, nil)); err != nil {
+	if _, err := riverclient.Config(riverclient.Opts{Config: c.Work}); err != nil {
 		return nil, fmt.Errorf("riverbus: Work: %w", err)
 	}
 	client.stopped = make(chan struct{})
@@ -101,7 +101,7 @@ func (c *Client) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rcfg, err := riverclient.Config(riverclient.FromConfig(c.cfg.Work, queues, c.cfg.Workers.river))
+		rcfg, err := riverclient.Config(riverclient.Opts{Queues: queues, Workers: c.cfg.Workers.river, Config: c.cfg.Work})
 		if err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}

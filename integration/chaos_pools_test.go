@@ -72,18 +72,13 @@ func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaos
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosGroupedArgs]) error { return nil }))
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosLateOrderedArgs]) error { return nil }))
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosLateGroupedArgs]) error { return nil }))
-	cfg, err := riverclient.Config(riverclient.Opts{
-		Workers: ws,
-		Queues: map[string]int{
-			bustype.DefaultQueue(chaosGrouped): 20, bustype.DefaultQueue(chaosLateOrdered): 20, bustype.DefaultQueue(chaosLateGrouped): 20,
-		},
+	cfg, err := riverclient.Config(riverclient.Opts{Workers: ws, Queues: map[string]int{
+		bustype.DefaultQueue(chaosGrouped): 20, bustype.DefaultQueue(chaosLateOrdered): 20, bustype.DefaultQueue(chaosLateGrouped): 20,
+	},
 		// The test stands in for the rescuer of killed processes; this
 		// client is never killed, but the PostgreSQL crash may lose a
 		// completion: such a job is rescued after this.
-		JobTimeout:           10 * time.Second,
-		RescueStuckJobsAfter: 15 * time.Second,
-		Logger:               slog.New(slog.DiscardHandler),
-	})
+		Config: workers.Config{JobTimeout: 10 * time.Second, RescueStuckJobsAfter: 15 * time.Second, Logger: slog.New(slog.DiscardHandler)}})
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(db), cfg)
 	require.NoError(t, err)

@@ -157,8 +157,7 @@ func setupOrdered(t *testing.T, params bustype.PoolParams, maxWorkers int, rec *
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, rec)
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue(orderedPoolName): maxWorkers},
-		Workers: ws, Logger: discardLogger()})
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue(orderedPoolName): maxWorkers}, Workers: ws, Config: workers.Config{Logger: discardLogger()}})
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(db), cfg)
 	require.NoError(t, err)

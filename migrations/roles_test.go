@@ -425,11 +425,7 @@ func TestWorkerRole(t *testing.T) {
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &billingWorker{})
-	cfg, err := riverclient.Config(riverclient.Opts{
-		Queues:  map[string]int{bustype.DefaultQueue("billing"): 3},
-		Workers: ws,
-		Logger:  logger,
-	})
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue("billing"): 3}, Workers: ws, Config: workers.Config{Logger: logger}})
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(worker), cfg)
 	require.NoError(t, err)

@@ -161,12 +161,7 @@ func run(ctx context.Context, concurrency int) error {
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &worker{})
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	cfg, err := riverclient.Config(riverclient.Opts{
-		Queues:     map[string]int{queue: concurrency},
-		Workers:    ws,
-		JobTimeout: 5 * time.Second,
-		Logger:     logger,
-	})
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{queue: concurrency}, Workers: ws, Config: workers.Config{JobTimeout: 5 * time.Second, Logger: logger}})
 	if err != nil {
 		return err
 	}

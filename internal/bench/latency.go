@@ -143,7 +143,7 @@ func latencyRaw(ctx context.Context, e *env, rate, n int) (latencySample, error)
 		return latencySample{}, err
 	}
 	defer stopClient(client)
-	cfg, err := riverclient.Config(riverclient.Opts{Logger: e.quiet})
+	cfg, err := riverclient.Config(riverclient.Opts{Config: workers.Config{Logger: e.quiet}})
 	if err != nil {
 		return latencySample{}, err
 	}
@@ -207,7 +207,7 @@ func (p *probe) startClient(ctx context.Context, e *env, db *pgxpool.Pool) (*riv
 		p.mu.Unlock()
 		return nil
 	}))
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{benchKind: latencyWorkers}, Workers: w, Logger: e.quiet})
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{benchKind: latencyWorkers}, Workers: w, Config: workers.Config{Logger: e.quiet}})
 	if err != nil {
 		return nil, err
 	}

@@ -257,7 +257,7 @@ func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*bust
 func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int) (float64, error) {
 	w := river.NewWorkers()
 	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Logger: e.quiet})
+	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Config: workers.Config{Logger: e.quiet}})
 	if err != nil {
 		return 0, err
 	}

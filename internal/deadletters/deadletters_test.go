@@ -136,7 +136,7 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	waitDeadLetters(t, db, "payments", 1)
 	jobtest.StopClient(t, first) // gives up leadership
 
-	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, &riverclient.Opts{DiscardedJobRetentionPeriod: time.Millisecond})
+	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, &riverclient.Opts{Config: workers.Config{DiscardedJobRetentionPeriod: time.Millisecond}})
 	testwait.Eventually(t, 30*time.Second, func() bool {
 		_, exists := jobtest.GetJob(t, db, ids[0])
 		return !exists

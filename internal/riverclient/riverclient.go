@@ -7,10 +7,8 @@ package riverclient
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/riverqueue/river"
 
@@ -33,19 +31,8 @@ type Opts struct {
 	// not empty.
 	Workers *river.Workers
 
-	FetchCooldown               time.Duration
-	FetchPollInterval           time.Duration
-	JobTimeout                  time.Duration
-	RescueStuckJobsAfter        time.Duration
-	DiscardedJobRetentionPeriod time.Duration
-	Logger                      *slog.Logger
-}
-
-// FromConfig returns the Opts of c with queues and workers.
-func FromConfig(c workers.Config, queues map[string]int, ws *river.Workers) Opts {
-	return Opts{Queues: queues, Workers: ws, FetchCooldown: c.FetchCooldown, FetchPollInterval: c.FetchPollInterval,
-		JobTimeout: c.JobTimeout, RescueStuckJobsAfter: c.RescueStuckJobsAfter,
-		DiscardedJobRetentionPeriod: c.DiscardedJobRetentionPeriod, Logger: c.Logger}
+	// Config holds the settings; zero fields get riverbus's defaults.
+	workers.Config
 }
 
 // Config returns the river.Config riverbus recommends for a client

@@ -43,12 +43,7 @@ func TestConfig(t *testing.T) {
 
 	t.Run("Overrides", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := riverclient.Config(riverclient.Opts{
-			FetchCooldown:               2 * time.Millisecond,
-			FetchPollInterval:           time.Second,
-			JobTimeout:                  10 * time.Second,
-			DiscardedJobRetentionPeriod: 24 * time.Hour,
-		})
+		cfg, err := riverclient.Config(riverclient.Opts{Config: workers.Config{FetchCooldown: 2 * time.Millisecond, FetchPollInterval: time.Second, JobTimeout: 10 * time.Second, DiscardedJobRetentionPeriod: 24 * time.Hour}})
 		require.NoError(t, err)
 		require.Equal(t, 2*time.Millisecond, cfg.FetchCooldown)
 		require.Equal(t, time.Second, cfg.FetchPollInterval)
@@ -57,12 +52,12 @@ func TestConfig(t *testing.T) {
 		require.Equal(t, 24*time.Hour, cfg.DiscardedJobRetentionPeriod)
 		require.Nil(t, cfg.Queues, "no queues: an insert-only client")
 
-		cfg, err = riverclient.Config(riverclient.Opts{JobTimeout: -1})
+		cfg, err = riverclient.Config(riverclient.Opts{Config: workers.Config{JobTimeout: -1}})
 		require.NoError(t, err)
 		require.Equal(t, time.Duration(-1), cfg.JobTimeout)
 		require.Equal(t, time.Hour, cfg.RescueStuckJobsAfter)
 
-		cfg, err = riverclient.Config(riverclient.Opts{FetchCooldown: 200 * time.Millisecond})
+		cfg, err = riverclient.Config(riverclient.Opts{Config: workers.Config{FetchCooldown: 200 * time.Millisecond}})
 		require.NoError(t, err)
 		require.Equal(t, 200*time.Millisecond, cfg.FetchPollInterval, "the default poll interval is never below the cooldown")
 		_, err = river.NewClient(riverpgxv5.New(nil), cfg)
@@ -74,13 +69,13 @@ func TestConfig(t *testing.T) {
 		opts riverclient.Opts
 		want string
 	}{
-		{"FetchCooldownNegative", riverclient.Opts{FetchCooldown: -time.Millisecond}, "FetchCooldown must be at least 1ms, got -1ms"},
-		{"FetchCooldownTooShort", riverclient.Opts{FetchCooldown: time.Microsecond}, "FetchCooldown must be at least 1ms, got 1µs"},
-		{"FetchPollIntervalBelowCooldown", riverclient.Opts{FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 2 * time.Millisecond}, "FetchPollInterval must be at least FetchCooldown (5ms), got 2ms"},
-		{"JobTimeoutNegative", riverclient.Opts{JobTimeout: -2 * time.Second}, "JobTimeout must be positive or -1 (no timeout), got -2s"},
-		{"RescueNegative", riverclient.Opts{RescueStuckJobsAfter: -time.Second}, "RescueStuckJobsAfter must be positive, got -1s"},
-		{"RescueNotAfterTimeout", riverclient.Opts{JobTimeout: time.Minute, RescueStuckJobsAfter: time.Minute}, "RescueStuckJobsAfter must be longer than JobTimeout (1m0s), got 1m0s"},
-		{"DiscardedRetentionNegative", riverclient.Opts{DiscardedJobRetentionPeriod: -time.Hour}, "DiscardedJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
+		{"FetchCooldownNegative", riverclient.Opts{Config: workers.Config{FetchCooldown: -time.Millisecond}}, "FetchCooldown must be at least 1ms, got -1ms"},
+		{"FetchCooldownTooShort", riverclient.Opts{Config: workers.Config{FetchCooldown: time.Microsecond}}, "FetchCooldown must be at least 1ms, got 1µs"},
+		{"FetchPollIntervalBelowCooldown", riverclient.Opts{Config: workers.Config{FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 2 * time.Millisecond}}, "FetchPollInterval must be at least FetchCooldown (5ms), got 2ms"},
+		{"JobTimeoutNegative", riverclient.Opts{Config: workers.Config{JobTimeout: -2 * time.Second}}, "JobTimeout must be positive or -1 (no timeout), got -2s"},
+		{"RescueNegative", riverclient.Opts{Config: workers.Config{RescueStuckJobsAfter: -time.Second}}, "RescueStuckJobsAfter must be positive, got -1s"},
+		{"RescueNotAfterTimeout", riverclient.Opts{Config: workers.Config{JobTimeout: time.Minute, RescueStuckJobsAfter: time.Minute}}, "RescueStuckJobsAfter must be longer than JobTimeout (1m0s), got 1m0s"},
+		{"DiscardedRetentionNegative", riverclient.Opts{Config: workers.Config{DiscardedJobRetentionPeriod: -time.Hour}}, "DiscardedJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
 		{"QueuesWithoutWorkers", riverclient.Opts{Queues: map[string]int{"billing": 1}}, "Workers must be set when Queues is not empty"},
 		{"QueueEmptyName", riverclient.Opts{Queues: map[string]int{"": 1}, Workers: ws}, "Queues must not have an empty queue name"},
 		{"QueueZeroWorkers", riverclient.Opts{Queues: map[string]int{"billing": 0}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 0`},

@@ -25,6 +25,7 @@ import (
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
 
@@ -62,11 +63,7 @@ func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 		cfg.Logger = discardLogger
 	}
 	require.NoError(t, webhook.Register(ws, cfg))
-	rc, err := riverclient.Config(riverclient.Opts{
-		Queues:  map[string]int{bustype.DefaultQueue(pool): 2},
-		Workers: ws,
-		Logger:  discardLogger,
-	})
+	rc, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue(pool): 2}, Workers: ws, Config: workers.Config{Logger: discardLogger}})
 	require.NoError(t, err)
 	rc.RetryPolicy = fastRetry{}
 	rc.TestOnly = true
