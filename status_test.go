@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/riverbustest"
 )
@@ -62,16 +63,11 @@ func TestClientStatus(t *testing.T) {
 		require.NoError(t, err)
 	}
 	riverbustest.WaitForSequence(t, client, "billing", 3, 30*time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		st, err = client.Status(ctx)
 		require.NoError(t, err)
-		if st.Pool("ledger").Cursor == 3 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "ledger was not fanned out: %+v", st.Pool("ledger"))
-		time.Sleep(10 * time.Millisecond)
-	}
+		return st.Pool("ledger").Cursor == 3
+	}, "ledger was not fanned out")
 
 	require.Equal(t, int64(3), st.Horizon)
 	require.Equal(t, int64(3), st.LastSequence)

@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/riverbustest"
@@ -114,16 +115,12 @@ func TestWaitForSequenceSaysWhatHoldsThePool(t *testing.T) {
 	require.NoError(t, err)
 	seq := appendEvent(t, db)
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		st, err := client.Status(ctx)
 		require.NoError(t, err)
-		if p := st.Pool("billing"); p != nil && p.Holder != nil {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the fan-out made no job")
-		time.Sleep(10 * time.Millisecond)
-	}
+		p := st.Pool("billing")
+		return p != nil && p.Holder != nil
+	}, "the fan-out made no job")
 
 	rec := &recordingTB{TB: t}
 	riverbustest.WaitForSequence(rec, client, "billing", seq, 100*time.Millisecond)

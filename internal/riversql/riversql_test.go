@@ -20,6 +20,7 @@ import (
 
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/riversql"
+	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
 )
 
@@ -241,16 +242,11 @@ func TestQueueEnsureIsRiversQueue(t *testing.T) {
 		defer cancel()
 		require.NoError(t, client.Stop(stopCtx))
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		var n int
 		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM river_queue WHERE name = 'q-river'`).Scan(&n))
-		if n == 1 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "River's producer did not create its queue row")
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n == 1
+	}, "River's producer did not create its queue row")
 
 	_, err = b.db.Exec(ctx, riversql.QueueEnsure, "q-ours")
 	require.NoError(t, err)
