@@ -13,7 +13,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/checkpoints"
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
@@ -22,142 +21,141 @@ import (
 
 func TestAdvance(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 
 	t.Run("LowestUnfinishedMinusOne", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewPool(t)
-		createPool(t, db, "orders", "orders", 5)
-		ids := insertJobs(t, db, "orders", "orders", 1, 2, 3, 4, 5)
-		finish(t, db, "completed", ids[0], ids[1])
+		ctx, bundle := setup(t)
+		createPool(t, bundle.db, "orders", "orders", 5)
+		ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3, 4, 5)
+		finish(t, bundle.db, "completed", ids[0], ids[1])
 
-		got, err := checkpoints.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
 		var stored int64
-		require.NoError(t, db.QueryRow(ctx, `SELECT checkpoint_seq FROM riverbus_pool_checkpoint WHERE pool = 'orders'`).Scan(&stored))
+		require.NoError(t, bundle.db.QueryRow(ctx, `SELECT checkpoint_seq FROM riverbus_pool_checkpoint WHERE pool = 'orders'`).Scan(&stored))
 		require.Equal(t, int64(2), stored)
 
 		// A finished job above an unfinished one does not help.
-		finish(t, db, "completed", ids[3])
-		got, err = checkpoints.Advance(ctx, db, "orders")
+		finish(t, bundle.db, "completed", ids[3])
+		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
-		finish(t, db, "completed", ids[2])
-		got, err = checkpoints.Advance(ctx, db, "orders")
+		finish(t, bundle.db, "completed", ids[2])
+		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(4), got)
 	})
 
 	t.Run("AllFinishedIsCursor", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewPool(t)
-		createPool(t, db, "orders", "orders", 5)
-		ids := insertJobs(t, db, "orders", "orders", 1, 2, 3, 4, 5)
-		finish(t, db, "completed", ids[0], ids[1], ids[2])
-		finish(t, db, "cancelled", ids[3])
-		finish(t, db, "discarded", ids[4])
+		ctx, bundle := setup(t)
+		createPool(t, bundle.db, "orders", "orders", 5)
+		ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3, 4, 5)
+		finish(t, bundle.db, "completed", ids[0], ids[1], ids[2])
+		finish(t, bundle.db, "cancelled", ids[3])
+		finish(t, bundle.db, "discarded", ids[4])
 
-		got, err := checkpoints.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
 		// Events 6 and 7 were filtered out: the cursor moved without jobs.
-		setCursor(t, db, "orders", 7)
-		got, err = checkpoints.Advance(ctx, db, "orders")
+		setCursor(t, bundle.db, "orders", 7)
+		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(7), got)
 	})
 
 	t.Run("NoJobsIsCursor", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewPool(t)
-		createPool(t, db, "orders", "orders", 42)
-		got, err := checkpoints.Advance(ctx, db, "orders")
+		ctx, bundle := setup(t)
+		createPool(t, bundle.db, "orders", "orders", 42)
+		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(42), got)
 	})
 
 	t.Run("DiscardedCountsAsFinished", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewPool(t)
-		createPool(t, db, "orders", "orders", 3)
-		ids := insertJobs(t, db, "orders", "orders", 1, 2, 3)
-		finish(t, db, "discarded", ids[0])
-		finish(t, db, "completed", ids[1])
+		ctx, bundle := setup(t)
+		createPool(t, bundle.db, "orders", "orders", 3)
+		ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3)
+		finish(t, bundle.db, "discarded", ids[0])
+		finish(t, bundle.db, "completed", ids[1])
 
-		got, err := checkpoints.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
 		// The discarded job is a dead letter, not an unfinished job.
 		var deadLetters int
-		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM riverbus_dead_letter WHERE pool = 'orders'`).Scan(&deadLetters))
+		require.NoError(t, bundle.db.QueryRow(ctx, `SELECT count(*) FROM riverbus_dead_letter WHERE pool = 'orders'`).Scan(&deadLetters))
 		require.Equal(t, 1, deadLetters)
 	})
 
 	t.Run("OtherPoolsAndKindsDoNotCount", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewPool(t)
-		createPool(t, db, "orders", "orders", 3)
-		createPool(t, db, "billing", "billing", 3)
-		insertJobs(t, db, "billing", "billing", 1, 2, 3)
+		ctx, bundle := setup(t)
+		createPool(t, bundle.db, "orders", "orders", 3)
+		createPool(t, bundle.db, "billing", "billing", 3)
+		insertJobs(t, bundle.db, "billing", "billing", 1, 2, 3)
 		// A job of the pool whose args carry no valid sequence is ignored.
-		_, err := db.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, priority, queue, state)
+		_, err := bundle.db.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, priority, queue, state)
 			VALUES ('{"global_sequence": "not a number"}', 'orders', 1, 1, 'orders', 'available')`)
 		require.NoError(t, err)
 
-		got, err := checkpoints.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(3), got)
-		got, err = checkpoints.Advance(ctx, db, "billing")
+		got, err = checkpoints.Advance(ctx, bundle.db, "billing")
 		require.NoError(t, err)
 		require.Equal(t, int64(0), got)
 	})
 
 	t.Run("NeverMovesBackward", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewPool(t)
-		createPool(t, db, "orders", "orders", 5)
-		ids := insertJobs(t, db, "orders", "orders", 1, 2, 3, 4, 5)
-		finish(t, db, "completed", ids...)
+		ctx, bundle := setup(t)
+		createPool(t, bundle.db, "orders", "orders", 5)
+		ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3, 4, 5)
+		finish(t, bundle.db, "completed", ids...)
 
-		got, err := checkpoints.Advance(ctx, db, "orders")
+		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
 		// A cursor set lower (an operator rewinding it, say) does not pull
 		// the checkpoint back.
-		setCursor(t, db, "orders", 1)
-		got, err = checkpoints.Advance(ctx, db, "orders")
+		setCursor(t, bundle.db, "orders", 1)
+		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
 		// Nor does an unfinished job below it (a late event, a retried dead
 		// letter).
-		setCursor(t, db, "orders", 6)
-		insertJobs(t, db, "orders", "orders", 3)
-		got, err = checkpoints.Advance(ctx, db, "orders")
+		setCursor(t, bundle.db, "orders", 6)
+		insertJobs(t, bundle.db, "orders", "orders", 3)
+		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
-		st, err := checkpoints.Get(ctx, db, "orders")
+		st, err := checkpoints.Get(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), st.Checkpoint)
 	})
 
 	t.Run("UnknownPool", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewPool(t)
-		_, err := checkpoints.Advance(ctx, db, "nope")
+		ctx, bundle := setup(t)
+		_, err := checkpoints.Advance(ctx, bundle.db, "nope")
 		require.ErrorIs(t, err, bustype.ErrUnknownPool)
 		require.EqualError(t, err, `unknown pool "nope": no pools exist yet`)
 
-		createPool(t, db, "orders", "orders", 0)
-		createPool(t, db, "billing", "billing", 0)
-		_, err = checkpoints.Advance(ctx, db, "nope")
+		createPool(t, bundle.db, "orders", "orders", 0)
+		createPool(t, bundle.db, "billing", "billing", 0)
+		_, err = checkpoints.Advance(ctx, bundle.db, "nope")
 		require.ErrorIs(t, err, bustype.ErrUnknownPool)
 		require.EqualError(t, err, `unknown pool "nope": pools are billing, orders`)
 	})
@@ -170,18 +168,17 @@ func TestAdvance(t *testing.T) {
 // jobs it read before the batch committed.
 func TestAdvanceOneSnapshot(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	createPool(t, db, "orders", "orders", 10) // checkpoint 0, cursor 10, no jobs
+	ctx, bundle := setup(t)
+	createPool(t, bundle.db, "orders", "orders", 10) // checkpoint 0, cursor 10, no jobs
 
 	// A fan-out batch: pool row locked, jobs 11..20 inserted, cursor moved to
 	// 20, not committed yet.
-	fanout, err := db.Begin(ctx)
+	fanout, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer fanout.Rollback(ctx) //nolint:errcheck
 	_, err = fanout.Exec(ctx, `SELECT 1 FROM riverbus_pool WHERE name = 'orders' FOR UPDATE`)
 	require.NoError(t, err)
-	inserter, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
+	inserter, err := river.NewClient(riverpgxv5.New(bundle.db), &river.Config{})
 	require.NoError(t, err)
 	var params []river.InsertManyParams
 	for seq := int64(11); seq <= 20; seq++ {
@@ -201,7 +198,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	var advancePID uint32
-	conn, err := db.Acquire(ctx)
+	conn, err := bundle.db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	advancePID = conn.Conn().PgConn().PID()
@@ -213,7 +210,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	// Advance computed 10 from its snapshot and now waits for the row lock.
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		var waiting bool
-		err := db.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, advancePID).Scan(&waiting)
+		err := bundle.db.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, advancePID).Scan(&waiting)
 		return err == nil && waiting
 	}, "Advance waiting for the pool row lock")
 	require.NoError(t, fanout.Commit(ctx))
@@ -222,52 +219,50 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	require.NoError(t, res.err)
 	require.Equal(t, int64(10), res.seq, "the new cursor must not be paired with the old jobs")
 
-	got, err := checkpoints.Advance(ctx, db, "orders")
+	got, err := checkpoints.Advance(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(10), got, "jobs 11..20 are unfinished")
 }
 
 func TestAdvanceAll(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	got, err := checkpoints.AdvanceAll(ctx, db)
+	got, err := checkpoints.AdvanceAll(ctx, bundle.db)
 	require.NoError(t, err)
 	require.Empty(t, got)
 
-	createPool(t, db, "orders", "orders", 3)
-	createPool(t, db, "billing", "billing", 3)
-	createPool(t, db, "audit", "audit", 9)
-	ids := insertJobs(t, db, "orders", "orders", 1, 2, 3)
-	finish(t, db, "completed", ids[0])
-	insertJobs(t, db, "billing", "billing", 1, 2, 3)
+	createPool(t, bundle.db, "orders", "orders", 3)
+	createPool(t, bundle.db, "billing", "billing", 3)
+	createPool(t, bundle.db, "audit", "audit", 9)
+	ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3)
+	finish(t, bundle.db, "completed", ids[0])
+	insertJobs(t, bundle.db, "billing", "billing", 1, 2, 3)
 
-	got, err = checkpoints.AdvanceAll(ctx, db)
+	got, err = checkpoints.AdvanceAll(ctx, bundle.db)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"orders": 1, "billing": 0, "audit": 9}, got)
 }
 
 func TestGet(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	createPool(t, db, "orders", "orders", 5)
-	setHorizon(t, db, 8)
-	ids := insertJobs(t, db, "orders", "orders", 1, 2, 3, 4, 5)
-	finish(t, db, "completed", ids[0], ids[1])
+	ctx, bundle := setup(t)
+	createPool(t, bundle.db, "orders", "orders", 5)
+	setHorizon(t, bundle.db, 8)
+	ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3, 4, 5)
+	finish(t, bundle.db, "completed", ids[0], ids[1])
 
-	st, err := checkpoints.Get(ctx, db, "orders")
+	st, err := checkpoints.Get(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, bustype.Checkpoint{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 0, Lag: 8}, st, "Get does not advance")
 
-	_, err = checkpoints.Advance(ctx, db, "orders")
+	_, err = checkpoints.Advance(ctx, bundle.db, "orders")
 	require.NoError(t, err)
-	st, err = checkpoints.Get(ctx, db, "orders")
+	st, err = checkpoints.Get(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, bustype.Checkpoint{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 2, Lag: 6}, st)
 
-	_, err = checkpoints.Get(ctx, db, "nope")
+	_, err = checkpoints.Get(ctx, bundle.db, "nope")
 	require.ErrorIs(t, err, bustype.ErrUnknownPool)
 	require.EqualError(t, err, `unknown pool "nope": pools are orders`)
 }
@@ -295,10 +290,9 @@ func (w *completeWorker) Work(ctx context.Context, job *river.Job[eventArgs]) er
 
 func TestWaitFor(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	createPool(t, db, "orders", "orders", 4)
-	insertJobs(t, db, "orders", "orders", 1, 2, 3, 4)
+	ctx, bundle := setup(t)
+	createPool(t, bundle.db, "orders", "orders", 4)
+	insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3, 4)
 
 	w := &completeWorker{release: make(chan struct{})}
 	ws := river.NewWorkers()
@@ -306,7 +300,7 @@ func TestWaitFor(t *testing.T) {
 	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{"orders": 4}, Workers: ws})
 	require.NoError(t, err)
 	cfg.TestOnly = true
-	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	client, err := river.NewClient(riverpgxv5.New(bundle.db), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {
@@ -318,23 +312,23 @@ func TestWaitFor(t *testing.T) {
 	// Jobs 1 and 2 finish, 3 is held: waiting for 2 returns, for 3 times out.
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	require.NoError(t, checkpoints.WaitFor(wctx, db, "orders", 2, nil))
+	require.NoError(t, checkpoints.WaitFor(wctx, bundle.db, "orders", 2, nil))
 
 	shortCtx, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancelShort()
-	err = checkpoints.WaitFor(shortCtx, db, "orders", 3, &bustype.CheckpointWaitOpts{PollInterval: 5 * time.Millisecond})
+	err = checkpoints.WaitFor(shortCtx, bundle.db, "orders", 3, &bustype.CheckpointWaitOpts{PollInterval: 5 * time.Millisecond})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	close(w.release)
-	require.NoError(t, checkpoints.WaitFor(wctx, db, "orders", 4, nil))
-	st, err := checkpoints.Get(ctx, db, "orders")
+	require.NoError(t, checkpoints.WaitFor(wctx, bundle.db, "orders", 4, nil))
+	st, err := checkpoints.Get(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(4), st.Checkpoint)
 
-	err = checkpoints.WaitFor(wctx, db, "nope", 1, nil)
+	err = checkpoints.WaitFor(wctx, bundle.db, "nope", 1, nil)
 	require.ErrorIs(t, err, bustype.ErrUnknownPool)
 
-	err = checkpoints.WaitFor(wctx, db, "orders", 1, &bustype.CheckpointWaitOpts{PollInterval: -time.Second})
+	err = checkpoints.WaitFor(wctx, bundle.db, "orders", 1, &bustype.CheckpointWaitOpts{PollInterval: -time.Second})
 	require.EqualError(t, err, "PollInterval must not be negative, got -1s")
 }
 
@@ -343,21 +337,20 @@ func TestWaitFor(t *testing.T) {
 // when the pool has many finished jobs.
 func TestAdvanceUsesIndex(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	createPool(t, db, "orders", "orders", 20_010)
-	_, err := db.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, finalized_at)
+	ctx, bundle := setup(t)
+	createPool(t, bundle.db, "orders", "orders", 20_010)
+	_, err := bundle.db.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, finalized_at)
 		SELECT jsonb_build_object('global_sequence', g, 'type', 'thing.happened', 'data', jsonb_build_object('n', g)),
 		       k, 3, 1, 'orders', 'completed', now()
 		FROM generate_series(1, 20000) AS g, (VALUES ('orders'), ('billing')) AS kinds(k)`)
 	require.NoError(t, err)
-	insertJobs(t, db, "orders", "orders", 20_001, 20_005, 20_010)
-	_, err = db.Exec(ctx, `ANALYZE river_job`)
+	insertJobs(t, bundle.db, "orders", "orders", 20_001, 20_005, 20_010)
+	_, err = bundle.db.Exec(ctx, `ANALYZE river_job`)
 	require.NoError(t, err)
 
 	// EXPLAIN EXECUTE of a prepared statement shows the plan the server
 	// really uses, generic ($1 unknown at planning) or custom.
-	conn, err := db.Acquire(ctx)
+	conn, err := bundle.db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	// GetHolder's query reads the same index, in order, without a sort.
@@ -383,10 +376,10 @@ func TestAdvanceUsesIndex(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	got, err := checkpoints.Advance(ctx, db, "orders")
+	got, err := checkpoints.Advance(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(20_000), got)
-	h, err := checkpoints.GetHolder(ctx, db, "orders")
+	h, err := checkpoints.GetHolder(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(20_001), h.Sequence)
 }

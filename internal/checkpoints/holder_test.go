@@ -10,7 +10,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/checkpoints"
-	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
 // failJob records a failed attempt of job id the way River does: attempt
@@ -27,23 +26,22 @@ func failJob(t *testing.T, db *pgxpool.Pool, id int64, state, msg string, next t
 
 func TestGetHolder(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	createPool(t, db, "orders", "orders", 9)
+	ctx, bundle := setup(t)
+	createPool(t, bundle.db, "orders", "orders", 9)
 
-	_, err := checkpoints.GetHolder(ctx, db, "nope")
+	_, err := checkpoints.GetHolder(ctx, bundle.db, "nope")
 	require.ErrorIs(t, err, bustype.ErrUnknownPool)
-	h, err := checkpoints.GetHolder(ctx, db, "orders")
+	h, err := checkpoints.GetHolder(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Nil(t, h, "no unfinished job, nothing holds")
 
-	ids := insertJobs(t, db, "orders", "orders", 5, 7, 9)
-	failJob(t, db, ids[0], "retryable", "charge failed: card declined", time.Hour)
-	failJob(t, db, ids[0], "retryable", "charge failed: \x1b[31mred\x1b[0m", time.Hour)
-	_, err = checkpoints.Advance(ctx, db, "orders")
+	ids := insertJobs(t, bundle.db, "orders", "orders", 5, 7, 9)
+	failJob(t, bundle.db, ids[0], "retryable", "charge failed: card declined", time.Hour)
+	failJob(t, bundle.db, ids[0], "retryable", "charge failed: \x1b[31mred\x1b[0m", time.Hour)
+	_, err = checkpoints.Advance(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 
-	h, err = checkpoints.GetHolder(ctx, db, "orders")
+	h, err = checkpoints.GetHolder(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.NotNil(t, h)
 	require.Equal(t, ids[0], h.ID)
@@ -59,8 +57,8 @@ func TestGetHolder(t *testing.T) {
 	require.Equal(t, h.At.Sub(h.HeldSince), h.HeldFor(), "held since the job's event became the lowest unfinished one")
 
 	// The holder finishes: the next one holds, with no error yet.
-	finish(t, db, "completed", ids[0])
-	h, err = checkpoints.GetHolder(ctx, db, "orders")
+	finish(t, bundle.db, "completed", ids[0])
+	h, err = checkpoints.GetHolder(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, ids[1], h.ID)
 	require.Equal(t, int64(7), h.Sequence)
@@ -73,14 +71,13 @@ func TestGetHolder(t *testing.T) {
 // dead letter; in flight, by the lane's retrying job.
 func TestGetHolderLaneBlocker(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	_, err := db.Exec(ctx, `INSERT INTO riverbus_pool (name, queue, start_after, cursor_seq, ordering, on_dead_letter)
+	ctx, bundle := setup(t)
+	_, err := bundle.db.Exec(ctx, `INSERT INTO riverbus_pool (name, queue, start_after, cursor_seq, ordering, on_dead_letter)
 		VALUES ('ledger', 'ledger', 0, 4, 'key', 'block')`)
 	require.NoError(t, err)
 	insert := func(seq int64, lane, state string) int64 {
 		var id int64
-		require.NoError(t, db.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, metadata)
+		require.NoError(t, bundle.db.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, metadata)
 			VALUES (jsonb_build_object('global_sequence', $1::bigint), 'ledger', 2, 'ledger', $3::river_job_state,
 			        jsonb_build_object('riverbus_lane', $2::text))
 			RETURNING id`, seq, lane, state).Scan(&id))
@@ -92,18 +89,18 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 	insert(4, "k2", "pending")
 
 	// The lane's job in flight, retrying.
-	failJob(t, db, dead, "retryable", "ledger timed out", time.Minute)
-	h, err := checkpoints.GetHolder(ctx, db, "ledger")
+	failJob(t, bundle.db, dead, "retryable", "ledger timed out", time.Minute)
+	h, err := checkpoints.GetHolder(ctx, bundle.db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, dead, h.ID)
 	require.Equal(t, "k1", *h.Lane)
 	require.Nil(t, h.LaneBlocker)
 
 	// Its last attempt fails: a dead letter that keeps the lane.
-	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'running' WHERE id = $1`, dead)
+	_, err = bundle.db.Exec(ctx, `UPDATE river_job SET state = 'running' WHERE id = $1`, dead)
 	require.NoError(t, err)
-	failJob(t, db, dead, "discarded", "ledger rejected the entry", 0)
-	h, err = checkpoints.GetHolder(ctx, db, "ledger")
+	failJob(t, bundle.db, dead, "discarded", "ledger rejected the entry", 0)
+	h, err = checkpoints.GetHolder(ctx, bundle.db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, pending, h.ID)
 	require.Equal(t, int64(2), h.Sequence)
@@ -119,9 +116,9 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 	require.False(t, b.DiscardedAt.IsZero())
 
 	// Purged, the dead letter no longer blocks: nothing does.
-	_, err = db.Exec(ctx, `DELETE FROM riverbus_dead_letter WHERE job_id = $1`, dead)
+	_, err = bundle.db.Exec(ctx, `DELETE FROM riverbus_dead_letter WHERE job_id = $1`, dead)
 	require.NoError(t, err)
-	h, err = checkpoints.GetHolder(ctx, db, "ledger")
+	h, err = checkpoints.GetHolder(ctx, bundle.db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, pending, h.ID)
 	require.Nil(t, h.LaneBlocker)

@@ -19,6 +19,18 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// testBundle is what a checkpoints test works with.
+type testBundle struct {
+	db *pgxpool.Pool // a database of its own, migrated, with no pools yet
+}
+
+// setup gives the test a fresh database; tests create the pools and jobs
+// they need with the helpers below.
+func setup(t *testing.T) (context.Context, *testBundle) {
+	t.Helper()
+	return context.Background(), &testBundle{db: pgtest.NewPool(t)}
+}
+
 // poolJobArgs is a pool job as the fan-out writes it: kind = pool name, args
 // = the event envelope.
 type poolJobArgs struct {
