@@ -11,14 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/jobtest"
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
@@ -68,18 +66,17 @@ func waitDeadLetters(t *testing.T, db *pgxpool.Pool, pool string, n int) []busty
 // river_job row is still there, it is worked again.
 func TestDeadLetterRetryJobPresent(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	jobtest.CreatePool(t, db, "payments", "payments", 2)
+	ctx, bundle := setup(t)
+	jobtest.CreatePool(t, bundle.db, "payments", "payments", 2)
 	w := &flakyWorker{}
 	w.broken.Store(true)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, nil)
+	jobtest.StartClient(t, bundle.db, ws, map[string]int{"payments": 2}, nil)
 
 	ev := jobtest.Event(41, "payment.requested", `{"cents": 500}`)
-	ids := jobtest.InsertEvents(t, db, "payments", ev)
-	dls := waitDeadLetters(t, db, "payments", 1)
+	ids := jobtest.InsertEvents(t, bundle.db, "payments", ev)
+	dls := waitDeadLetters(t, bundle.db, "payments", 1)
 	d := dls[0]
 	require.Len(t, d.Errors, 2)
 	require.Equal(t, 1, d.Errors[0].Attempt)
@@ -100,17 +97,17 @@ func TestDeadLetterRetryJobPresent(t *testing.T) {
 	require.Empty(t, w.handled(), "never completed")
 
 	w.broken.Store(false)
-	res, err := deadletters.Retry(ctx, db, ids[0])
+	res, err := deadletters.Retry(ctx, bundle.db, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, bustype.DeadLetterRetryResult{DeadJobID: ids[0], JobID: ids[0], Action: bustype.RetryRequeued}, res)
 
-	j := jobtest.WaitJobState(t, db, ids[0], "completed")
+	j := jobtest.WaitJobState(t, bundle.db, ids[0], "completed")
 	// As River's JobRetry: one more attempt, errors kept.
 	require.Equal(t, jobtest.Job{State: "completed", Attempt: 3, MaxAttempts: 3, Errors: 2}, j)
 	require.Equal(t, []int64{41}, w.handled())
-	require.Empty(t, listDeadLetters(t, db, "payments"))
+	require.Empty(t, listDeadLetters(t, bundle.db, "payments"))
 
-	_, err = deadletters.Retry(ctx, db, ids[0])
+	_, err = deadletters.Retry(ctx, bundle.db, ids[0])
 	require.ErrorIs(t, err, bustype.ErrDeadLetterNotFound)
 	require.EqualError(t, err, fmt.Sprintf("retry dead letter %d: dead letter not found", ids[0]))
 }
@@ -123,26 +120,25 @@ func TestDeadLetterRetryJobPresent(t *testing.T) {
 // discarded).
 func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	jobtest.CreatePool(t, db, "payments", "payments", 2)
+	ctx, bundle := setup(t)
+	jobtest.CreatePool(t, bundle.db, "payments", "payments", 2)
 	w := &flakyWorker{}
 	w.broken.Store(true)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	first := jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, nil)
+	first := jobtest.StartClient(t, bundle.db, ws, map[string]int{"payments": 2}, nil)
 
-	ids := jobtest.InsertEvents(t, db, "payments", jobtest.Event(7, "payment.requested", `{"cents": 500}`))
-	waitDeadLetters(t, db, "payments", 1)
+	ids := jobtest.InsertEvents(t, bundle.db, "payments", jobtest.Event(7, "payment.requested", `{"cents": 500}`))
+	waitDeadLetters(t, bundle.db, "payments", 1)
 	jobtest.StopClient(t, first) // gives up leadership
 
-	jobtest.StartClient(t, db, ws, map[string]int{"payments": 2}, &riverclient.Opts{Config: workers.Config{DiscardedJobRetentionPeriod: time.Millisecond}})
+	jobtest.StartClient(t, bundle.db, ws, map[string]int{"payments": 2}, &riverclient.Opts{Config: workers.Config{DiscardedJobRetentionPeriod: time.Millisecond}})
 	testwait.Eventually(t, 30*time.Second, func() bool {
-		_, exists := jobtest.GetJob(t, db, ids[0])
+		_, exists := jobtest.GetJob(t, bundle.db, ids[0])
 		return !exists
 	}, "River's cleaner deleting job %d", ids[0])
 
-	dls := listDeadLetters(t, db, "payments")
+	dls := listDeadLetters(t, bundle.db, "payments")
 	require.Len(t, dls, 1)
 	require.Equal(t, ids[0], dls[0].JobID)
 	require.Equal(t, int64(7), dls[0].GlobalSequence)
@@ -151,19 +147,19 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	require.Equal(t, "payment provider down for event 7", dls[0].LastError)
 
 	w.broken.Store(false)
-	res, err := deadletters.Retry(ctx, db, ids[0])
+	res, err := deadletters.Retry(ctx, bundle.db, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, ids[0], res.DeadJobID)
 	require.Equal(t, bustype.RetryReinserted, res.Action)
 	require.Greater(t, res.JobID, ids[0])
 
-	j := jobtest.WaitJobState(t, db, res.JobID, "completed")
+	j := jobtest.WaitJobState(t, bundle.db, res.JobID, "completed")
 	require.Equal(t, jobtest.Job{State: "completed", Attempt: 1, MaxAttempts: 2, Errors: 0}, j)
 	require.Equal(t, []int64{7}, w.handled())
-	require.Empty(t, listDeadLetters(t, db, "payments"))
+	require.Empty(t, listDeadLetters(t, bundle.db, "payments"))
 
 	var retryOf int64
-	require.NoError(t, db.QueryRow(ctx, `SELECT (metadata->>'riverbus_retry_of')::bigint FROM river_job WHERE id = $1`, res.JobID).Scan(&retryOf))
+	require.NoError(t, bundle.db.QueryRow(ctx, `SELECT (metadata->>'riverbus_retry_of')::bigint FROM river_job WHERE id = $1`, res.JobID).Scan(&retryOf))
 	require.Equal(t, ids[0], retryOf)
 }
 
@@ -172,34 +168,33 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 // as River's cleaner does it), and a single worker observes that order.
 func TestRetryDeadLettersOrder(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	jobtest.CreatePool(t, db, "payments", "payments", 1)
+	ctx, bundle := setup(t)
+	jobtest.CreatePool(t, bundle.db, "payments", "payments", 1)
 	w := &flakyWorker{}
 	w.broken.Store(true)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	jobtest.StartClient(t, db, ws, map[string]int{"payments": 1}, nil)
+	jobtest.StartClient(t, bundle.db, ws, map[string]int{"payments": 1}, nil)
 
 	// Job ids are deliberately not in sequence order.
 	seqs := []int64{5, 3, 1, 4, 2}
 	var ids []int64
 	for _, seq := range seqs {
-		ids = append(ids, jobtest.InsertEvents(t, db, "payments", jobtest.Event(seq, "payment.requested", `{}`))...)
+		ids = append(ids, jobtest.InsertEvents(t, bundle.db, "payments", jobtest.Event(seq, "payment.requested", `{}`))...)
 	}
 	idOf := make(map[int64]int64)
 	for i, seq := range seqs {
 		idOf[seq] = ids[i]
 	}
-	dls := waitDeadLetters(t, db, "payments", 5)
+	dls := waitDeadLetters(t, bundle.db, "payments", 5)
 	require.Equal(t, deadLetterIDs(dls), ids, "listed by job id")
 
 	// River's cleaner deleted two of them already.
-	_, err := db.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1)`, []int64{idOf[3], idOf[1]})
+	_, err := bundle.db.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1)`, []int64{idOf[3], idOf[1]})
 	require.NoError(t, err)
 
 	w.broken.Store(false)
-	res, err := deadletters.RetryPool(ctx, db, "payments")
+	res, err := deadletters.RetryPool(ctx, bundle.db, "payments")
 	require.NoError(t, err)
 	require.Len(t, res, 5)
 	wantActions := []bustype.RetryAction{bustype.RetryReinserted, bustype.RetryRequeued, bustype.RetryReinserted, bustype.RetryRequeued, bustype.RetryRequeued}
@@ -214,12 +209,12 @@ func TestRetryDeadLettersOrder(t *testing.T) {
 
 	testwait.Eventually(t, 30*time.Second, func() bool { return len(w.handled()) == 5 }, "5 events handled (have %v)", w.handled())
 	require.Equal(t, []int64{1, 2, 3, 4, 5}, w.handled())
-	require.Empty(t, listDeadLetters(t, db, "payments"))
+	require.Empty(t, listDeadLetters(t, bundle.db, "payments"))
 	for _, r := range res {
-		jobtest.WaitJobState(t, db, r.JobID, "completed")
+		jobtest.WaitJobState(t, bundle.db, r.JobID, "completed")
 	}
 
-	res, err = deadletters.RetryPool(ctx, db, "payments")
+	res, err = deadletters.RetryPool(ctx, bundle.db, "payments")
 	require.NoError(t, err)
 	require.Empty(t, res)
 }
@@ -239,8 +234,8 @@ func (invoiceArgs) Kind() string { return "invoices" }
 // a dead letter; it is never completed.
 func TestPoisonEventBecomesDeadLetter(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewPool(t)
-	jobtest.CreatePool(t, db, "invoices", "invoices", 3)
+	_, bundle := setup(t)
+	jobtest.CreatePool(t, bundle.db, "invoices", "invoices", 3)
 	var handled, attempts atomic.Int32
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[invoiceArgs]) error {
@@ -251,20 +246,20 @@ func TestPoisonEventBecomesDeadLetter(t *testing.T) {
 		handled.Add(1)
 		return nil
 	}))
-	jobtest.StartClient(t, db, ws, map[string]int{"invoices": 2}, nil)
+	jobtest.StartClient(t, bundle.db, ws, map[string]int{"invoices": 2}, nil)
 
 	poison := jobtest.Event(9, "invoice.paid", `{"invoice": "inv-9", "cents": "twelve"}`)
-	ids := jobtest.InsertEvents(t, db, "invoices", jobtest.Event(8, "invoice.paid", `{"invoice": "inv-8", "cents": 800}`), poison)
+	ids := jobtest.InsertEvents(t, bundle.db, "invoices", jobtest.Event(8, "invoice.paid", `{"invoice": "inv-8", "cents": 800}`), poison)
 
-	dls := waitDeadLetters(t, db, "invoices", 1)
+	dls := waitDeadLetters(t, bundle.db, "invoices", 1)
 	_, wantErr := workers.Decode[invoice](poison)
 	require.Error(t, wantErr)
 	require.Equal(t, ids[1], dls[0].JobID)
 	require.Equal(t, int64(9), dls[0].GlobalSequence)
 	require.Equal(t, 3, dls[0].Attempt)
 	require.Equal(t, wantErr.Error(), dls[0].LastError)
-	require.Equal(t, jobtest.Job{State: "discarded", Attempt: 3, MaxAttempts: 3, Errors: 3}, jobtest.WaitJobState(t, db, ids[1], "discarded"))
-	require.Equal(t, "completed", jobtest.WaitJobState(t, db, ids[0], "completed").State)
+	require.Equal(t, jobtest.Job{State: "discarded", Attempt: 3, MaxAttempts: 3, Errors: 3}, jobtest.WaitJobState(t, bundle.db, ids[1], "discarded"))
+	require.Equal(t, "completed", jobtest.WaitJobState(t, bundle.db, ids[0], "completed").State)
 	require.Equal(t, int32(1), handled.Load(), "only the good event was handled")
 	require.Equal(t, int32(4), attempts.Load())
 }
@@ -284,70 +279,72 @@ func insertDiscarded(t *testing.T, db *pgxpool.Pool, pool string, seq int64) int
 	return id
 }
 
-func TestListDeadLetters(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+// insertTwoPoolsOfDeadLetters creates pools pa and pb and inserts, in this
+// order (so with growing job ids), the dead letters of pa's event 1, pb's
+// event 1, pa's events 2 and 3.
+func insertTwoPoolsOfDeadLetters(t *testing.T, db *pgxpool.Pool) (a1, b1, a2, a3 int64) {
+	t.Helper()
 	jobtest.CreatePool(t, db, "pa", "pa", 1)
 	jobtest.CreatePool(t, db, "pb", "pb", 1)
-	a1 := insertDiscarded(t, db, "pa", 1)
-	b1 := insertDiscarded(t, db, "pb", 1)
-	a2 := insertDiscarded(t, db, "pa", 2)
-	a3 := insertDiscarded(t, db, "pa", 3)
+	a1 = insertDiscarded(t, db, "pa", 1)
+	b1 = insertDiscarded(t, db, "pb", 1)
+	a2 = insertDiscarded(t, db, "pa", 2)
+	a3 = insertDiscarded(t, db, "pa", 3)
+	return a1, b1, a2, a3
+}
 
-	all, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{})
+func TestListDeadLetters(t *testing.T) {
+	t.Parallel()
+	ctx, bundle := setup(t)
+	a1, b1, a2, a3 := insertTwoPoolsOfDeadLetters(t, bundle.db)
+
+	all, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{})
 	require.NoError(t, err)
 	require.Equal(t, []int64{a1, b1, a2, a3}, deadLetterIDs(all))
 	require.Equal(t, "boom 1", all[0].LastError)
 	require.Equal(t, "thing.failed", all[0].EventType)
 
-	page1, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "pa", Limit: 2})
+	page1, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "pa", Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []int64{a1, a2}, deadLetterIDs(page1))
-	page2, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "pa", Limit: 2, AfterJobID: page1[1].JobID})
+	page2, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "pa", Limit: 2, AfterJobID: page1[1].JobID})
 	require.NoError(t, err)
 	require.Equal(t, []int64{a3}, deadLetterIDs(page2))
 
-	none, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "nope"})
+	none, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "nope"})
 	require.NoError(t, err)
 	require.Empty(t, none)
 
-	_, err = deadletters.List(ctx, db, bustype.DeadLetterListParams{Limit: -1})
+	_, err = deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Limit: -1})
 	require.EqualError(t, err, "Limit must be between 1 and 10000, got -1")
-	_, err = deadletters.List(ctx, db, bustype.DeadLetterListParams{Limit: 10_001})
+	_, err = deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Limit: 10_001})
 	require.EqualError(t, err, "Limit must be between 1 and 10000, got 10001")
 }
 
 func TestPurgeDeadLetters(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	jobtest.CreatePool(t, db, "pa", "pa", 1)
-	jobtest.CreatePool(t, db, "pb", "pb", 1)
-	a1 := insertDiscarded(t, db, "pa", 1)
-	a2 := insertDiscarded(t, db, "pa", 2)
-	a3 := insertDiscarded(t, db, "pa", 3)
-	b1 := insertDiscarded(t, db, "pb", 1)
+	ctx, bundle := setup(t)
+	a1, b1, a2, a3 := insertTwoPoolsOfDeadLetters(t, bundle.db)
 	// a2's job row is already gone.
-	_, err := db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, a2)
+	_, err := bundle.db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, a2)
 	require.NoError(t, err)
 
-	require.NoError(t, deadletters.Purge(ctx, db, a1))
-	_, exists := jobtest.GetJob(t, db, a1)
+	require.NoError(t, deadletters.Purge(ctx, bundle.db, a1))
+	_, exists := jobtest.GetJob(t, bundle.db, a1)
 	require.False(t, exists, "the discarded job goes too")
-	err = deadletters.Purge(ctx, db, a1)
+	err = deadletters.Purge(ctx, bundle.db, a1)
 	require.ErrorIs(t, err, bustype.ErrDeadLetterNotFound)
 
-	n, err := deadletters.PurgePool(ctx, db, "pa")
+	n, err := deadletters.PurgePool(ctx, bundle.db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	_, exists = jobtest.GetJob(t, db, a3)
+	_, exists = jobtest.GetJob(t, bundle.db, a3)
 	require.False(t, exists)
-	require.Equal(t, []int64{b1}, deadLetterIDs(listDeadLetters(t, db, "")))
-	_, exists = jobtest.GetJob(t, db, b1)
+	require.Equal(t, []int64{b1}, deadLetterIDs(listDeadLetters(t, bundle.db, "")))
+	_, exists = jobtest.GetJob(t, bundle.db, b1)
 	require.True(t, exists)
 
-	n, err = deadletters.PurgePool(ctx, db, "pa")
+	n, err = deadletters.PurgePool(ctx, bundle.db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
 }
@@ -356,23 +353,22 @@ func TestPurgeDeadLetters(t *testing.T) {
 // alone on retry and its stale copy removed.
 func TestRetryDeadLetterAlreadyRetried(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	jobtest.CreatePool(t, db, "pa", "pa", 1)
-	id := insertDiscarded(t, db, "pa", 1)
-	_, err := db.Exec(ctx, `UPDATE river_job SET state = 'completed' WHERE id = $1`, id)
+	ctx, bundle := setup(t)
+	jobtest.CreatePool(t, bundle.db, "pa", "pa", 1)
+	id := insertDiscarded(t, bundle.db, "pa", 1)
+	_, err := bundle.db.Exec(ctx, `UPDATE river_job SET state = 'completed' WHERE id = $1`, id)
 	require.NoError(t, err)
 
-	dls := listDeadLetters(t, db, "pa")
+	dls := listDeadLetters(t, bundle.db, "pa")
 	require.Len(t, dls, 1)
 	require.Equal(t, bustype.JobStateCompleted, dls[0].JobState)
 
-	res, err := deadletters.Retry(ctx, db, id)
+	res, err := deadletters.Retry(ctx, bundle.db, id)
 	require.NoError(t, err)
 	require.Equal(t, bustype.DeadLetterRetryResult{DeadJobID: id, JobID: id, Action: bustype.RetryAlreadyRetried}, res)
-	j, _ := jobtest.GetJob(t, db, id)
+	j, _ := jobtest.GetJob(t, bundle.db, id)
 	require.Equal(t, "completed", j.State)
-	require.Empty(t, listDeadLetters(t, db, "pa"))
+	require.Empty(t, listDeadLetters(t, bundle.db, "pa"))
 }
 
 // Retrying notifies River's producers of the job's queue on commit, on the
@@ -380,20 +376,19 @@ func TestRetryDeadLetterAlreadyRetried(t *testing.T) {
 // (moved since it was discarded) wins over the dead letter's copy.
 func TestRetryDeadLetterNotifiesRiver(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	jobtest.CreatePool(t, db, "pa", "queue_a", 1)
-	id := insertDiscarded(t, db, "pa", 1)
-	_, err := db.Exec(ctx, `UPDATE river_job SET queue = 'queue_a' WHERE id = $1`, id)
+	ctx, bundle := setup(t)
+	jobtest.CreatePool(t, bundle.db, "pa", "queue_a", 1)
+	id := insertDiscarded(t, bundle.db, "pa", 1)
+	_, err := bundle.db.Exec(ctx, `UPDATE river_job SET queue = 'queue_a' WHERE id = $1`, id)
 	require.NoError(t, err)
 
-	conn, err := db.Acquire(ctx)
+	conn, err := bundle.db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	_, err = conn.Exec(ctx, `LISTEN "public.river_insert"`)
 	require.NoError(t, err)
 
-	_, err = deadletters.Retry(ctx, db, id)
+	_, err = deadletters.Retry(ctx, bundle.db, id)
 	require.NoError(t, err)
 
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -414,22 +409,19 @@ func TestRetryDeadLetterNotifiesRiver(t *testing.T) {
 // a dead letter again.
 func TestRiverJobRetryRemovesDeadLetter(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	jobtest.CreatePool(t, db, "pa", "pa", 1)
-	id := insertDiscarded(t, db, "pa", 1)
-	require.Len(t, listDeadLetters(t, db, "pa"), 1)
+	ctx, bundle := setup(t)
+	jobtest.CreatePool(t, bundle.db, "pa", "pa", 1)
+	id := insertDiscarded(t, bundle.db, "pa", 1)
+	require.Len(t, listDeadLetters(t, bundle.db, "pa"), 1)
 
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
-	require.NoError(t, err)
-	job, err := client.JobRetry(ctx, id)
+	job, err := bundle.client.JobRetry(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, rivertype.JobStateAvailable, job.State)
-	require.Empty(t, listDeadLetters(t, db, "pa"))
+	require.Empty(t, listDeadLetters(t, bundle.db, "pa"))
 
-	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, id)
+	_, err = bundle.db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, id)
 	require.NoError(t, err)
-	require.Equal(t, []int64{id}, deadLetterIDs(listDeadLetters(t, db, "pa")))
+	require.Equal(t, []int64{id}, deadLetterIDs(listDeadLetters(t, bundle.db, "pa")))
 }
 
 // `dlq retry` and `dlq purge` lock a job before its dead letter, as River
@@ -440,15 +432,12 @@ func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
 	for _, op := range []string{"retry", "purge"} {
 		t.Run(op, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
-			db := pgtest.NewPool(t)
-			jobtest.CreatePool(t, db, "pa", "pa", 1)
-			id := insertDiscarded(t, db, "pa", 1)
-			client, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
-			require.NoError(t, err)
+			ctx, bundle := setup(t)
+			jobtest.CreatePool(t, bundle.db, "pa", "pa", 1)
+			id := insertDiscarded(t, bundle.db, "pa", 1)
 
 			// River UI's retry, held after it locked the job row.
-			tx, err := db.Begin(ctx)
+			tx, err := bundle.db.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(ctx) //nolint:errcheck
 			_, err = tx.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, id)
@@ -457,28 +446,28 @@ func TestDeadLetterRetryAndPurgeRaceRiverJobRetry(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				if op == "retry" {
-					_, err := deadletters.Retry(ctx, db, id)
+					_, err := deadletters.Retry(ctx, bundle.db, id)
 					done <- err
 				} else {
-					done <- deadletters.Purge(ctx, db, id)
+					done <- deadletters.Purge(ctx, bundle.db, id)
 				}
 			}()
 			testwait.Eventually(t, 10*time.Second, func() bool {
 				var waiting int
-				require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				require.NoError(t, bundle.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
 				return waiting > 0
 			}, "dlq %s waits for the job's lock", op)
 
-			job, err := client.JobRetryTx(ctx, tx, id)
+			job, err := bundle.client.JobRetryTx(ctx, tx, id)
 			require.NoError(t, err, "River's retry")
 			require.Equal(t, rivertype.JobStateAvailable, job.State)
 			require.NoError(t, tx.Commit(ctx))
 			require.ErrorIs(t, <-done, bustype.ErrDeadLetterNotFound, "the dead letter was retried by River first")
-			j, exists := jobtest.GetJob(t, db, id)
+			j, exists := jobtest.GetJob(t, bundle.db, id)
 			require.True(t, exists)
 			require.Equal(t, "available", j.State)
-			require.Empty(t, listDeadLetters(t, db, "pa"))
+			require.Empty(t, listDeadLetters(t, bundle.db, "pa"))
 		})
 	}
 }

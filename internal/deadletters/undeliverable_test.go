@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/jobtest"
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -62,16 +59,15 @@ func fanOut(t *testing.T, db *pgxpool.Pool) {
 // letter.
 func TestRetryUndeliverableAfterRepair(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "invoices"})
+	ctx, bundle := setup(t)
+	_, _, err := pools.Create(ctx, bundle.db, bustype.PoolParams{Name: "invoices"})
 	require.NoError(t, err)
-	kept := appendDeepEvent(t, db)
-	cleaned := appendDeepEvent(t, db)
-	purged := appendDeepEvent(t, db)
-	fanOut(t, db)
+	kept := appendDeepEvent(t, bundle.db)
+	cleaned := appendDeepEvent(t, bundle.db)
+	purged := appendDeepEvent(t, bundle.db)
+	fanOut(t, bundle.db)
 
-	dls, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
+	dls, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, dls, 3)
 	bySeq := map[int64]bustype.DeadLetter{}
@@ -84,20 +80,20 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 	}
 
 	// Not repaired yet: it stays.
-	res, err := deadletters.Retry(ctx, db, bySeq[kept].JobID)
+	res, err := deadletters.Retry(ctx, bundle.db, bySeq[kept].JobID)
 	require.ErrorIs(t, err, bustype.ErrUndeliverable)
 	require.Equal(t, bustype.RetryUndeliverable, res.Action)
 	require.Contains(t, res.Reason, "exceeded max depth")
-	dls, err = deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
+	dls, err = deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, dls, 3)
 
 	// Repaired, River's cleaner having deleted one job row.
-	_, err = db.Exec(ctx, `UPDATE riverbus_event SET data = jsonb_build_object('fixed', global_sequence) WHERE global_sequence IN ($1, $2)`, kept, cleaned)
+	_, err = bundle.db.Exec(ctx, `UPDATE riverbus_event SET data = jsonb_build_object('fixed', global_sequence) WHERE global_sequence IN ($1, $2)`, kept, cleaned)
 	require.NoError(t, err)
-	_, err = db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, bySeq[cleaned].JobID)
+	_, err = bundle.db.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, bySeq[cleaned].JobID)
 	require.NoError(t, err)
-	all, err := deadletters.RetryPool(ctx, db, "invoices")
+	all, err := deadletters.RetryPool(ctx, bundle.db, "invoices")
 	require.NoError(t, err)
 	actions := map[int64]bustype.RetryAction{}
 	for _, r := range all {
@@ -109,7 +105,7 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 		bySeq[purged].JobID:  bustype.RetryUndeliverable,
 	}, actions)
 
-	rows, err := db.Query(ctx, `SELECT state::text, args FROM river_job WHERE kind = 'invoices' AND state = 'available' ORDER BY (args->>'global_sequence')::bigint`)
+	rows, err := bundle.db.Query(ctx, `SELECT state::text, args FROM river_job WHERE kind = 'invoices' AND state = 'available' ORDER BY (args->>'global_sequence')::bigint`)
 	require.NoError(t, err)
 	var got []workers.Args
 	for rows.Next() {
@@ -131,8 +127,8 @@ func TestRetryUndeliverableAfterRepair(t *testing.T) {
 	}
 
 	// The one never repaired is purged.
-	require.NoError(t, deadletters.Purge(ctx, db, bySeq[purged].JobID))
-	dls, err = deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
+	require.NoError(t, deadletters.Purge(ctx, bundle.db, bySeq[purged].JobID))
+	dls, err = deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Empty(t, dls)
 }
@@ -147,25 +143,22 @@ func jsonInt(n int64) string {
 // its real envelope too, the same the fan-out builds, never with the stub.
 func TestRiverRetryOfUndeliverableRebuildsEnvelope(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "invoices"})
+	ctx, bundle := setup(t)
+	_, _, err := pools.Create(ctx, bundle.db, bustype.PoolParams{Name: "invoices"})
 	require.NoError(t, err)
-	seq := appendDeepEvent(t, db)
-	fanOut(t, db)
-	dls, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
+	seq := appendDeepEvent(t, bundle.db)
+	fanOut(t, bundle.db)
+	dls, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 
-	_, err = db.Exec(ctx, `UPDATE riverbus_event SET data = '{"fixed": true}', metadata = '{"m": [1]}' WHERE global_sequence = $1`, seq)
+	_, err = bundle.db.Exec(ctx, `UPDATE riverbus_event SET data = '{"fixed": true}', metadata = '{"m": [1]}' WHERE global_sequence = $1`, seq)
 	require.NoError(t, err)
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: jobtest.DiscardLogger})
-	require.NoError(t, err)
-	job, err := client.JobRetry(ctx, dls[0].JobID)
+	job, err := bundle.client.JobRetry(ctx, dls[0].JobID)
 	require.NoError(t, err)
 	require.Equal(t, rivertype.JobStateAvailable, job.State)
 
-	events, err := outbox.Read(ctx, db, outbox.ReadParams{})
+	events, err := outbox.Read(ctx, bundle.db, outbox.ReadParams{})
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	require.NotContains(t, string(job.EncodedArgs), "undeliverable")
@@ -185,24 +178,21 @@ func TestRiverRetryOfUndeliverableRebuildsEnvelope(t *testing.T) {
 // running a job no worker can decode.
 func TestRiverRetryOfUnrepairedUndeliverableIsRefused(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "invoices", Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock})
+	ctx, bundle := setup(t)
+	_, _, err := pools.Create(ctx, bundle.db, bustype.PoolParams{Name: "invoices", Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock})
 	require.NoError(t, err)
-	appendDeepEvent(t, db)
-	fanOut(t, db)
-	dls, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
+	appendDeepEvent(t, bundle.db)
+	fanOut(t, bundle.db)
+	dls, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: jobtest.DiscardLogger})
-	require.NoError(t, err)
-	job, err := client.JobRetry(ctx, dls[0].JobID)
+	job, err := bundle.client.JobRetry(ctx, dls[0].JobID)
 	require.NoError(t, err)
 	require.Equal(t, rivertype.JobStateDiscarded, job.State)
 	require.Contains(t, string(job.EncodedArgs), "undeliverable")
 	require.Contains(t, job.Errors[len(job.Errors)-1].Error, "retry refused")
-	after, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "invoices"})
+	after, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "invoices"})
 	require.NoError(t, err)
 	require.Len(t, after, 1, "still a dead letter")
 	require.Equal(t, dls[0].JobID, after[0].JobID)
@@ -212,11 +202,10 @@ func TestRiverRetryOfUnrepairedUndeliverableIsRefused(t *testing.T) {
 // the group's events; repaired and retried, it runs as the whole group.
 func TestRetryUndeliverableGroup(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
-	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "ledger", Grouping: bustype.GroupTransaction})
+	ctx, bundle := setup(t)
+	_, _, err := pools.Create(ctx, bundle.db, bustype.PoolParams{Name: "ledger", Grouping: bustype.GroupTransaction})
 	require.NoError(t, err)
-	conn, err := db.Acquire(ctx)
+	conn, err := bundle.db.Acquire(ctx)
 	require.NoError(t, err)
 	var first, deep int64
 	_, err = conn.Exec(ctx, `SET max_stack_depth = '7MB'`)
@@ -230,9 +219,9 @@ func TestRetryUndeliverableGroup(t *testing.T) {
 	_, err = conn.Exec(ctx, `RESET max_stack_depth`)
 	require.NoError(t, err)
 	conn.Release()
-	fanOut(t, db)
+	fanOut(t, bundle.db)
 
-	dls, err := deadletters.List(ctx, db, bustype.DeadLetterListParams{Pool: "ledger"})
+	dls, err := deadletters.List(ctx, bundle.db, bustype.DeadLetterListParams{Pool: "ledger"})
 	require.NoError(t, err)
 	// The event Go cannot encode is a part of its own (the group's second):
 	// only that part is a dead letter; the first part is delivered.
@@ -240,19 +229,19 @@ func TestRetryUndeliverableGroup(t *testing.T) {
 	require.Equal(t, deep, dls[0].GlobalSequence)
 	require.Contains(t, dls[0].LastError, "too deep")
 	var delivered []byte
-	require.NoError(t, db.QueryRow(ctx, `SELECT args FROM river_job WHERE kind = 'ledger' AND state = 'available'`).Scan(&delivered))
+	require.NoError(t, bundle.db.QueryRow(ctx, `SELECT args FROM river_job WHERE kind = 'ledger' AND state = 'available'`).Scan(&delivered))
 	var firstPart workers.GroupArgs
 	require.NoError(t, json.Unmarshal(delivered, &firstPart))
 	require.Equal(t, first, firstPart.GlobalSequence)
 	require.Len(t, firstPart.Events, 1)
 
-	_, err = db.Exec(ctx, `UPDATE riverbus_event SET data = '{"fixed": true}' WHERE global_sequence = $1`, deep)
+	_, err = bundle.db.Exec(ctx, `UPDATE riverbus_event SET data = '{"fixed": true}' WHERE global_sequence = $1`, deep)
 	require.NoError(t, err)
-	res, err := deadletters.Retry(ctx, db, dls[0].JobID)
+	res, err := deadletters.Retry(ctx, bundle.db, dls[0].JobID)
 	require.NoError(t, err)
 	require.Equal(t, bustype.RetryRequeued, res.Action)
 	var raw []byte
-	require.NoError(t, db.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, res.JobID).Scan(&raw))
+	require.NoError(t, bundle.db.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, res.JobID).Scan(&raw))
 	var g workers.GroupArgs
 	require.NoError(t, json.Unmarshal(raw, &g))
 	require.Equal(t, deep, g.GlobalSequence)
