@@ -15,6 +15,20 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// testBundle is what a lanes test works with.
+type testBundle struct {
+	db *pgxpool.Pool // a database of its own with the key-ordered pool "ord"
+}
+
+// setup gives the test a fresh database holding pool "ord", the pool whose
+// jobs insertLaneJob inserts.
+func setup(t *testing.T) (context.Context, *testBundle) {
+	t.Helper()
+	bundle := &testBundle{db: pgtest.NewPool(t)}
+	fanouttest.CreatePool(t, bundle.db, bustype.PoolParams{Name: "ord", Ordering: bustype.OrderingKey})
+	return context.Background(), bundle
+}
+
 // insertLaneJob inserts a job of pool "ord" in lane, in state, due a second
 // ago, and returns its id.
 func insertLaneJob(t *testing.T, db *pgxpool.Pool, lane, state string) int64 {
@@ -37,16 +51,15 @@ func jobState(t *testing.T, db *pgxpool.Pool, id int64) string {
 // flight keeps its pending job waiting.
 func TestSweeperReleasesStuckLanesAndPromotesRetries(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	b := struct{ db *pgxpool.Pool }{db: pgtest.NewPool(t)}
-	fanouttest.CreatePool(t, b.db, bustype.PoolParams{Name: "ord", Ordering: bustype.OrderingKey})
+	ctx, bundle := setup(t)
+	ctx, cancel := context.WithCancel(ctx)
 
-	stuck := insertLaneJob(t, b.db, "stuck", "pending")
-	retry := insertLaneJob(t, b.db, "retry", "retryable")
-	waiting := insertLaneJob(t, b.db, "busy", "pending")
-	running := insertLaneJob(t, b.db, "busy", "running")
+	stuck := insertLaneJob(t, bundle.db, "stuck", "pending")
+	retry := insertLaneJob(t, bundle.db, "retry", "retryable")
+	waiting := insertLaneJob(t, bundle.db, "busy", "pending")
+	running := insertLaneJob(t, bundle.db, "busy", "running")
 
-	s := lanes.NewSweeper(b.db, &lanes.SweeperConfig{Logger: fanouttest.QuietLogger()})
+	s := lanes.NewSweeper(bundle.db, &lanes.SweeperConfig{Logger: fanouttest.QuietLogger()})
 	s.TestSignals.Init(t)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -58,10 +71,10 @@ func TestSweeperReleasesStuckLanesAndPromotesRetries(t *testing.T) {
 	first := s.TestSignals.Swept.WaitOrTimeout()
 	require.Equal(t, int64(1), first.Promoted, "one queue with a due retry")
 	require.Equal(t, int64(1), first.Released, "the first sweep looks for stuck lanes")
-	require.Equal(t, "available", jobState(t, b.db, stuck))
-	require.Equal(t, "available", jobState(t, b.db, retry))
-	require.Equal(t, "pending", jobState(t, b.db, waiting), "its lane has a job in flight")
-	require.Equal(t, "running", jobState(t, b.db, running))
+	require.Equal(t, "available", jobState(t, bundle.db, stuck))
+	require.Equal(t, "available", jobState(t, bundle.db, retry))
+	require.Equal(t, "pending", jobState(t, bundle.db, waiting), "its lane has a job in flight")
+	require.Equal(t, "running", jobState(t, bundle.db, running))
 
 	next := s.TestSignals.Swept.WaitOrTimeout()
 	require.Zero(t, next.Promoted)
