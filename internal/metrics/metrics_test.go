@@ -46,6 +46,25 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// testBundle is what a metrics test works with.
+type testBundle struct {
+	db     *pgxpool.Pool // a database of its own, migrated, with no pools yet
+	logger *slog.Logger  // writes into logs
+	logs   *syncBuffer
+}
+
+// setup gives the test a fresh database and a logger whose output the test
+// can read.
+func setup(t *testing.T) (context.Context, *testBundle) {
+	t.Helper()
+	logs := &syncBuffer{}
+	return t.Context(), &testBundle{
+		db:     pgtest.NewPool(t),
+		logger: slog.New(slog.NewTextHandler(logs, nil)),
+		logs:   logs,
+	}
+}
+
 // scrape GETs url and returns the series in it, "name{labels}" → value as
 // printed.
 func scrape(t *testing.T, url string) map[string]string {
@@ -74,20 +93,18 @@ func scrape(t *testing.T, url string) map[string]string {
 	return series
 }
 
-// serve serves metrics.Handler(metrics.NewRegistry(db, ...)), reading the
-// database at every scrape.
-func serve(t *testing.T, db *pgxpool.Pool, logger *slog.Logger) string {
+// serve serves metrics.Handler(metrics.NewRegistry(bundle.db, ...)), logging
+// to bundle.logger and reading the database at every scrape.
+func serve(t *testing.T, bundle *testBundle) string {
 	t.Helper()
-	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(db, &metrics.CollectorOpts{Logger: logger, MaxAge: -1})))
+	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(bundle.db, &metrics.CollectorOpts{Logger: bundle.logger, MaxAge: -1})))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/metrics"
 }
 
 func TestCollector(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	db := pgtest.NewPool(t)
-	quiet := slog.New(slog.DiscardHandler)
+	ctx, bundle := setup(t)
 
 	// a takes every event, b only type u (none), c is paused.
 	for _, p := range []bustype.PoolParams{
@@ -95,25 +112,25 @@ func TestCollector(t *testing.T) {
 		{Name: "pb", EventTypes: []string{"u"}},
 		{Name: "pc"},
 	} {
-		_, _, err := pools.Create(ctx, db, p)
+		_, _, err := pools.Create(ctx, bundle.db, p)
 		require.NoError(t, err)
 	}
-	_, _, err := pools.SetStatus(ctx, db, "pc", bustype.PoolPaused)
+	_, _, err := pools.SetStatus(ctx, bundle.db, "pc", bustype.PoolPaused)
 	require.NoError(t, err)
 	for range 3 {
-		_, err := db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}')`)
+		_, err := bundle.db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}')`)
 		require.NoError(t, err)
 	}
-	f, err := engine.New(db, &fanout.Config{Logger: quiet})
+	f, err := engine.New(bundle.db, &fanout.Config{Logger: bundle.logger})
 	require.NoError(t, err)
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)
 
 	// A job of another kind is not counted.
-	_, err = db.Exec(ctx, `INSERT INTO river_job (kind, args, max_attempts) VALUES ('other', '{}', 1)`)
+	_, err = bundle.db.Exec(ctx, `INSERT INTO river_job (kind, args, max_attempts) VALUES ('other', '{}', 1)`)
 	require.NoError(t, err)
 
-	url := serve(t, db, quiet)
+	url := serve(t, bundle)
 	s := scrape(t, url)
 
 	for series, want := range map[string]string{
@@ -161,16 +178,16 @@ func TestCollector(t *testing.T) {
 
 	// The first job of a fails for good: a dead letter, and the checkpoint
 	// stops below it. Then the horizon counters and gap tables move.
-	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now()
+	_, err = bundle.db.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now()
 WHERE id = (SELECT min(id) FROM river_job WHERE kind = 'pa')`)
 	require.NoError(t, err)
-	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
+	_, err = bundle.db.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
 WHERE id = (SELECT max(id) FROM river_job WHERE kind = 'pa')`)
 	require.NoError(t, err)
-	cp, err := checkpoints.Advance(ctx, db, "pa")
+	cp, err := checkpoints.Advance(ctx, bundle.db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), cp)
-	_, err = db.Exec(ctx, `
+	_, err = bundle.db.Exec(ctx, `
 UPDATE riverbus_horizon SET gaps_proven_dead = 4, gaps_skipped = 2, late_events = 1;
 INSERT INTO riverbus_gap (first_sequence, last_sequence, xid_bound) VALUES (5, 6, '1');
 INSERT INTO riverbus_skipped (first_sequence, last_sequence, xid_bound) VALUES (7, 7, '1');
@@ -209,7 +226,7 @@ INSERT INTO riverbus_late (sequence) VALUES (8)`)
 
 	// The job of 2 fails twice and waits for its third attempt: it holds
 	// pa's checkpoint, and the metrics say so.
-	_, err = db.Exec(ctx, `UPDATE river_job SET state = 'retryable', attempt = 2, scheduled_at = now() + interval '1 hour'
+	_, err = bundle.db.Exec(ctx, `UPDATE river_job SET state = 'retryable', attempt = 2, scheduled_at = now() + interval '1 hour'
 WHERE kind = 'pa' AND state = 'available'`)
 	require.NoError(t, err)
 	s = scrape(t, url)
@@ -221,45 +238,42 @@ WHERE kind = 'pa' AND state = 'available'`)
 
 func TestCollectorLint(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewPool(t)
-	_, _, err := pools.Create(t.Context(), db, bustype.PoolParams{Name: "pa"})
+	ctx, bundle := setup(t)
+	_, _, err := pools.Create(ctx, bundle.db, bustype.PoolParams{Name: "pa"})
 	require.NoError(t, err)
-	problems, err := testutil.CollectAndLint(metrics.NewCollector(db, nil))
+	problems, err := testutil.CollectAndLint(metrics.NewCollector(bundle.db, nil))
 	require.NoError(t, err)
 	require.Empty(t, problems)
 }
 
 func TestCollectorDatabaseDown(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewPool(t)
-	var logs syncBuffer
-	url := serve(t, db, slog.New(slog.NewTextHandler(&logs, nil)))
+	_, bundle := setup(t)
+	url := serve(t, bundle)
 	require.Equal(t, "1", scrape(t, url)["riverbus_up"])
 
-	db.Close()
+	bundle.db.Close()
 	s := scrape(t, url)
 	require.Equal(t, "0", s["riverbus_up"])
 	require.NotContains(t, s, "riverbus_horizon")
 	require.Contains(t, s, "go_goroutines") // the rest still served
-	require.Contains(t, logs.String(), "metrics: read riverbus state")
+	require.Contains(t, bundle.logs.String(), "metrics: read riverbus state")
 }
 
 func TestCollectorTimeout(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	// Hold a lock the scrape's first query waits for.
-	tx, err := db.Begin(ctx)
+	tx, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 	_, err = tx.Exec(ctx, `LOCK TABLE riverbus_horizon IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
 
-	var logs syncBuffer
-	c := metrics.NewCollector(db, &metrics.CollectorOpts{
+	c := metrics.NewCollector(bundle.db, &metrics.CollectorOpts{
 		Timeout: 200 * time.Millisecond,
-		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger:  bundle.logger,
 	})
 	start := time.Now()
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
@@ -268,17 +282,17 @@ func TestCollectorTimeout(t *testing.T) {
 riverbus_up 0
 `), "riverbus_up", "riverbus_horizon"))
 	require.Less(t, time.Since(start), 5*time.Second)
-	require.Contains(t, logs.String(), "metrics: read riverbus state")
+	require.Contains(t, bundle.logs.String(), "metrics: read riverbus state")
 }
 
 // A flood of scrapes reads the database once per MaxAge, not once per
 // scrape: 100 concurrent scrapes, one read.
 func TestCollectorScrapeFloodSharesOneRead(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewPool(t)
-	_, _, err := pools.Create(t.Context(), db, bustype.PoolParams{Name: "pa"})
+	ctx, bundle := setup(t)
+	_, _, err := pools.Create(ctx, bundle.db, bustype.PoolParams{Name: "pa"})
 	require.NoError(t, err)
-	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(db, &metrics.CollectorOpts{MaxAge: time.Hour})))
+	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(bundle.db, &metrics.CollectorOpts{MaxAge: time.Hour})))
 	t.Cleanup(srv.Close)
 	var wg sync.WaitGroup
 	up := make(chan string, 100)
