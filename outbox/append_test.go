@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -14,18 +13,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
 )
 
 func TestAppendTxStoresEnvelope(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	id := uuid.MustParse("0190a6c4-5b1e-7c3d-8e2f-0123456789ab")
 	at := time.Date(2025, 3, 1, 12, 30, 45, 123456789, time.UTC)
-	tx, err := db.Begin(ctx)
+	tx, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	var now time.Time
@@ -46,7 +43,7 @@ func TestAppendTxStoresEnvelope(t *testing.T) {
 	require.Equal(t, uuid.Version(7), appended[2].EventID.Version())
 	require.NotEqual(t, appended[1].EventID, appended[2].EventID)
 
-	events, err := outbox.Read(ctx, db, outbox.ReadParams{})
+	events, err := outbox.Read(ctx, bundle.db, outbox.ReadParams{})
 	require.NoError(t, err)
 	require.Len(t, events, 3)
 
@@ -82,42 +79,40 @@ func TestAppendTxStoresEnvelope(t *testing.T) {
 
 func TestAppendCommitsItsOwnTransaction(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	appended, err := outbox.Append(ctx, db, event("A"), event("B"))
+	appended, err := outbox.Append(ctx, bundle.db, event("A"), event("B"))
 	require.NoError(t, err)
 	require.Equal(t, []int64{1, 2}, []int64{appended[0].GlobalSequence, appended[1].GlobalSequence})
 
 	// Append on a connection, not a pool.
-	conn, err := db.Acquire(ctx)
+	conn, err := bundle.db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	appended, err = outbox.Append(ctx, conn.Conn(), event("C"))
 	require.NoError(t, err)
 	require.Equal(t, int64(3), appended[0].GlobalSequence)
-	require.Equal(t, 3, countEvents(t, db))
+	require.Equal(t, 3, countEvents(t, bundle.db))
 }
 
 func TestAppendTxRollbackLeavesHole(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	tx, err := db.Begin(ctx)
+	tx, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	rolledBack, err := outbox.AppendTx(ctx, tx, event("A"), event("B"))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), rolledBack[0].GlobalSequence)
 	require.Equal(t, int64(2), rolledBack[1].GlobalSequence)
 	require.NoError(t, tx.Rollback(ctx))
-	require.Equal(t, 0, countEvents(t, db))
+	require.Equal(t, 0, countEvents(t, bundle.db))
 
-	appended, err := outbox.Append(ctx, db, event("C"))
+	appended, err := outbox.Append(ctx, bundle.db, event("C"))
 	require.NoError(t, err)
 	require.Equal(t, int64(3), appended[0].GlobalSequence, "the rolled-back sequences 1 and 2 stay a hole")
 
-	events, err := outbox.Read(ctx, db, outbox.ReadParams{})
+	events, err := outbox.Read(ctx, bundle.db, outbox.ReadParams{})
 	require.NoError(t, err)
 	require.Equal(t, []int64{3}, sequences(events))
 	require.Equal(t, appended[0].EventID, events[0].EventID)
@@ -125,33 +120,31 @@ func TestAppendTxRollbackLeavesHole(t *testing.T) {
 
 func TestAppendDuplicateEventID(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	id := uuid.MustParse("0190a6c4-5b1e-7c3d-8e2f-00000000000a")
 	e := event("A")
 	e.EventID = id
-	_, err := outbox.Append(ctx, db, e)
+	_, err := outbox.Append(ctx, bundle.db, e)
 	require.NoError(t, err)
 
-	_, err = outbox.Append(ctx, db, event("B"), e)
+	_, err = outbox.Append(ctx, bundle.db, event("B"), e)
 	require.ErrorIs(t, err, outbox.ErrDuplicate)
 	var dup *outbox.DuplicateError
 	require.True(t, errors.As(err, &dup))
 	require.Equal(t, id, dup.EventID)
 	require.Nil(t, dup.Query)
 	require.Equal(t, "append events: outbox: duplicate: event id 0190a6c4-5b1e-7c3d-8e2f-00000000000a already exists", err.Error())
-	require.Equal(t, 1, countEvents(t, db))
+	require.Equal(t, 1, countEvents(t, bundle.db))
 }
 
 // Every insert path goes through the trigger, which overwrites whatever the
 // inserter put in global_sequence and transaction_id.
 func TestTriggerAssignsSequenceAndTransaction(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	tx, err := db.Begin(ctx)
+	tx, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	var xid uint64
@@ -183,7 +176,7 @@ func TestTriggerAssignsSequenceAndTransaction(t *testing.T) {
 		key  string
 		data string
 	}
-	rows, err := db.Query(ctx, "SELECT global_sequence, transaction_id, type, key, data::text FROM riverbus_event ORDER BY global_sequence")
+	rows, err := bundle.db.Query(ctx, "SELECT global_sequence, transaction_id, type, key, data::text FROM riverbus_event ORDER BY global_sequence")
 	require.NoError(t, err)
 	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 		var x row
@@ -205,8 +198,7 @@ func TestTriggerAssignsSequenceAndTransaction(t *testing.T) {
 // order, and carries its writer's transaction id.
 func TestAppendTxConcurrentWriters(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	const writers, total = 16, 1000
 	type writer struct {
@@ -227,7 +219,7 @@ func TestAppendTxConcurrentWriters(t *testing.T) {
 		go func() {
 			defer done.Done()
 			r := &results[w]
-			tx, err := db.Begin(ctx)
+			tx, err := bundle.db.Begin(ctx)
 			ready.Done()
 			if err != nil {
 				r.err = err
@@ -277,7 +269,7 @@ func TestAppendTxConcurrentWriters(t *testing.T) {
 		require.Contains(t, owner, s)
 	}
 
-	rows, err := db.Query(ctx, "SELECT global_sequence, transaction_id FROM riverbus_event")
+	rows, err := bundle.db.Query(ctx, "SELECT global_sequence, transaction_id FROM riverbus_event")
 	require.NoError(t, err)
 	stored := make(map[int64]uint64)
 	var seq int64

@@ -1,22 +1,19 @@
 package outbox_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
 )
 
 func TestRecordCommandTx(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	tx, err := db.Begin(ctx)
+	tx, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	require.NoError(t, outbox.RecordCommandTx(ctx, tx, outbox.Command{Type: "Subscribe", Data: json.RawMessage(`{"student":"s1"}`)}))
@@ -34,7 +31,7 @@ func TestRecordCommandTx(t *testing.T) {
 		metadata   string
 		events     int
 	)
-	require.NoError(t, db.QueryRow(ctx, `
+	require.NoError(t, bundle.db.QueryRow(ctx, `
 SELECT c.transaction_id, c.type, c.data::text, c.metadata::text, count(e.*)
 FROM riverbus_command c JOIN riverbus_event e USING (transaction_id)
 GROUP BY 1, 2, 3, 4`).Scan(&commandXID, &typ, &data, &metadata, &events))
@@ -45,7 +42,7 @@ GROUP BY 1, 2, 3, 4`).Scan(&commandXID, &typ, &data, &metadata, &events))
 	require.Equal(t, 2, events)
 
 	// One command per transaction.
-	tx, err = db.Begin(ctx)
+	tx, err = bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	require.NoError(t, outbox.RecordCommandTx(ctx, tx, outbox.Command{Type: "A", Data: json.RawMessage(`1`), Metadata: json.RawMessage(`{"by":"x"}`)}))
@@ -55,8 +52,7 @@ GROUP BY 1, 2, 3, 4`).Scan(&commandXID, &typ, &data, &metadata, &events))
 
 func TestRecordCommandTxRejectsInvalidCommands(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	tests := []struct {
 		name  string
@@ -69,7 +65,7 @@ func TestRecordCommandTxRejectsInvalidCommands(t *testing.T) {
 		{"DataNotJSON", outbox.Command{Type: "C", Data: json.RawMessage(`nope`)}, "Command.Data", "outbox: Command.Data must be valid JSON"},
 		{"MetadataArray", outbox.Command{Type: "C", Data: json.RawMessage(`{}`), Metadata: json.RawMessage(`[1]`)}, "Command.Metadata", "outbox: Command.Metadata must be a JSON object, got array"},
 	}
-	tx, err := db.Begin(ctx)
+	tx, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	for _, tt := range tests {
@@ -81,6 +77,6 @@ func TestRecordCommandTxRejectsInvalidCommands(t *testing.T) {
 	}
 	require.NoError(t, tx.Commit(ctx))
 	var n int
-	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM riverbus_command").Scan(&n))
+	require.NoError(t, bundle.db.QueryRow(ctx, "SELECT count(*) FROM riverbus_command").Scan(&n))
 	require.Equal(t, 0, n)
 }

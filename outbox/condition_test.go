@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -18,18 +17,17 @@ import (
 // condition at the same time: exactly one wins, the others see its event.
 func TestAppendIfTxConcurrentConflict(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	for iter := range 20 {
 		course := fmt.Sprintf("course=%d", iter)
-		seed, err := outbox.Append(ctx, db, event("CourseDefined", course))
+		seed, err := outbox.Append(ctx, bundle.db, event("CourseDefined", course))
 		require.NoError(t, err)
 		cond := outbox.AppendCondition{
 			FailIfEventsMatch: outbox.Query{{Tags: []string{course}}},
 			After:             seed[0].GlobalSequence,
 		}
-		results := race(t, db, 20, func(ctx context.Context, tx pgx.Tx, i int) ([]outbox.Appended, error) {
+		results := race(t, bundle.db, 20, func(ctx context.Context, tx pgx.Tx, i int) ([]outbox.Appended, error) {
 			return outbox.AppendIfTx(ctx, tx, cond, event("StudentSubscribed", course, fmt.Sprintf("student=%d", i)))
 		})
 		won := winner(t, results, outbox.ErrConflict)
@@ -45,7 +43,7 @@ func TestAppendIfTxConcurrentConflict(t *testing.T) {
 			require.Equal(t, seed[0].GlobalSequence, conflict.After)
 			require.Equal(t, cond.FailIfEventsMatch, conflict.Query)
 		}
-		events, err := outbox.Read(ctx, db, outbox.ReadParams{Query: cond.FailIfEventsMatch})
+		events, err := outbox.Read(ctx, bundle.db, outbox.ReadParams{Query: cond.FailIfEventsMatch})
 		require.NoError(t, err)
 		require.Equal(t, []int64{seed[0].GlobalSequence, winnerSeq}, sequences(events))
 		require.Equal(t, fmt.Sprintf("student=%d", won), events[1].Tags[1])
@@ -56,13 +54,12 @@ func TestAppendIfTxConcurrentConflict(t *testing.T) {
 // appends, the others find its events by the idempotency query.
 func TestAppendIfTxConcurrentDuplicate(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	for iter := range 20 {
 		idempotency := fmt.Sprintf("idempotency=request-%d", iter)
 		cond := outbox.AppendCondition{IdempotencyQuery: outbox.Query{{Tags: []string{idempotency}}}}
-		results := race(t, db, 20, func(ctx context.Context, tx pgx.Tx, i int) ([]outbox.Appended, error) {
+		results := race(t, bundle.db, 20, func(ctx context.Context, tx pgx.Tx, i int) ([]outbox.Appended, error) {
 			return outbox.AppendIfTx(ctx, tx, cond,
 				event("OrderPlaced", idempotency, "order=1"),
 				event("PaymentRequested", idempotency, "order=1"))
@@ -79,21 +76,20 @@ func TestAppendIfTxConcurrentDuplicate(t *testing.T) {
 			require.Equal(t, first, dup.GlobalSequence, "racer %d", i)
 			require.Equal(t, cond.IdempotencyQuery, dup.Query)
 		}
-		events, err := outbox.Read(ctx, db, outbox.ReadParams{Query: cond.IdempotencyQuery})
+		events, err := outbox.Read(ctx, bundle.db, outbox.ReadParams{Query: cond.IdempotencyQuery})
 		require.NoError(t, err)
 		require.Equal(t, []int64{first, first + 1}, sequences(events))
 	}
-	require.Equal(t, 40, countEvents(t, db))
+	require.Equal(t, 40, countEvents(t, bundle.db))
 }
 
 // Conditions over disjoint tags do not wait for each other: the second
 // appends while the first still holds its locks.
 func TestAppendIfTxDisjointConditionsDoNotWait(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	txA, err := db.Begin(ctx)
+	txA, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer txA.Rollback(ctx) //nolint:errcheck
 	a, err := outbox.AppendIfTx(ctx, txA,
@@ -103,7 +99,7 @@ func TestAppendIfTxDisjointConditionsDoNotWait(t *testing.T) {
 
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	txB, err := db.Begin(waitCtx)
+	txB, err := bundle.db.Begin(waitCtx)
 	require.NoError(t, err)
 	defer txB.Rollback(ctx) //nolint:errcheck
 	b, err := outbox.AppendIfTx(waitCtx, txB,
@@ -114,7 +110,7 @@ func TestAppendIfTxDisjointConditionsDoNotWait(t *testing.T) {
 	require.NoError(t, txB.Commit(ctx))
 	require.NoError(t, txA.Commit(ctx))
 	require.Equal(t, []int64{1, 2}, []int64{a[0].GlobalSequence, b[0].GlobalSequence})
-	require.Equal(t, 2, countEvents(t, db))
+	require.Equal(t, 2, countEvents(t, bundle.db))
 }
 
 // Two appenders with different condition tags still exclude each other when
@@ -122,10 +118,9 @@ func TestAppendIfTxDisjointConditionsDoNotWait(t *testing.T) {
 // course=1, which B's condition is about. B waits for A, then conflicts.
 func TestAppendIfTxOverlappingEventsSerialize(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	txA, err := db.Begin(ctx)
+	txA, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer txA.Rollback(ctx) //nolint:errcheck
 	a, err := outbox.AppendIfTx(ctx, txA,
@@ -140,7 +135,7 @@ func TestAppendIfTxOverlappingEventsSerialize(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		var r result
-		r.err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		r.err = pgx.BeginFunc(ctx, bundle.db, func(tx pgx.Tx) error {
 			r.appended, r.err = outbox.AppendIfTx(ctx, tx,
 				outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Tags: []string{"course=1"}}}},
 				event("StudentSubscribed", "course=1", "student=b"))
@@ -152,7 +147,7 @@ func TestAppendIfTxOverlappingEventsSerialize(t *testing.T) {
 	// B is blocked on one of A's locks.
 	require.Eventually(t, func() bool {
 		var waiting int
-		err := db.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+		err := bundle.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting)
 		return err == nil && waiting == 1
 	}, 10*time.Second, 5*time.Millisecond)
@@ -167,15 +162,14 @@ WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_d
 	var conflict *outbox.ConflictError
 	require.True(t, errors.As(r.err, &conflict), "%v", r.err)
 	require.Equal(t, a[0].GlobalSequence, conflict.GlobalSequence)
-	require.Equal(t, 1, countEvents(t, db))
+	require.Equal(t, 1, countEvents(t, bundle.db))
 }
 
 func TestAppendIfTxCondition(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	_, err := outbox.Append(ctx, db,
+	_, err := outbox.Append(ctx, bundle.db,
 		event("CourseDefined", "course=c1"),                                     // 1
 		event("CourseDefined", "course=c2"),                                     // 2
 		event("StudentSubscribed", "course=c1", "student=s1", "idempotency=r1"), // 3
@@ -192,27 +186,27 @@ func TestAppendIfTxCondition(t *testing.T) {
 	courseC1 := outbox.Query{{Tags: []string{"course=c1"}}}
 
 	t.Run("ConflictAboveAfter", func(t *testing.T) {
-		_, err := outbox.AppendIf(ctx, db, outbox.AppendCondition{FailIfEventsMatch: courseC1, After: 0}, event("X"))
+		_, err := outbox.AppendIf(ctx, bundle.db, outbox.AppendCondition{FailIfEventsMatch: courseC1, After: 0}, event("X"))
 		require.Equal(t, int64(1), conflictAt(t, err), "the lowest matching sequence above After")
-		_, err = outbox.AppendIf(ctx, db, outbox.AppendCondition{FailIfEventsMatch: courseC1, After: 1}, event("X"))
+		_, err = outbox.AppendIf(ctx, bundle.db, outbox.AppendCondition{FailIfEventsMatch: courseC1, After: 1}, event("X"))
 		require.Equal(t, int64(3), conflictAt(t, err))
 		require.EqualError(t, err, "outbox: append condition failed: event 3 matches the query after position 1")
 	})
 	t.Run("TypesOnly", func(t *testing.T) {
-		_, err := outbox.AppendIf(ctx, db, outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Types: []string{"Nope", "CourseDefined"}}}, After: 1}, event("X"))
+		_, err := outbox.AppendIf(ctx, bundle.db, outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Types: []string{"Nope", "CourseDefined"}}}, After: 1}, event("X"))
 		require.Equal(t, int64(2), conflictAt(t, err))
 	})
 	t.Run("TypesAndTags", func(t *testing.T) {
-		_, err := outbox.AppendIf(ctx, db, outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Types: []string{"StudentSubscribed"}, Tags: []string{"course=c2"}}}}, event("X"))
+		_, err := outbox.AppendIf(ctx, bundle.db, outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Types: []string{"StudentSubscribed"}, Tags: []string{"course=c2"}}}}, event("X"))
 		require.NoError(t, err)
 	})
 	t.Run("AnyItem", func(t *testing.T) {
 		q := outbox.Query{{Types: []string{"Nope"}}, {Tags: []string{"course=c2"}}, {Tags: []string{"student=s1", "course=c1"}}}
-		_, err := outbox.AppendIf(ctx, db, outbox.AppendCondition{FailIfEventsMatch: q, After: 2}, event("X"))
+		_, err := outbox.AppendIf(ctx, bundle.db, outbox.AppendCondition{FailIfEventsMatch: q, After: 2}, event("X"))
 		require.Equal(t, int64(3), conflictAt(t, err))
 	})
 	t.Run("DuplicateBeforeConflict", func(t *testing.T) {
-		_, err := outbox.AppendIf(ctx, db, outbox.AppendCondition{
+		_, err := outbox.AppendIf(ctx, bundle.db, outbox.AppendCondition{
 			FailIfEventsMatch: courseC1,
 			IdempotencyQuery:  outbox.Query{{Types: []string{"StudentSubscribed"}, Tags: []string{"idempotency=r1"}}},
 		}, event("X"))
@@ -223,7 +217,7 @@ func TestAppendIfTxCondition(t *testing.T) {
 		require.Equal(t, "outbox: duplicate: event 3 matches the idempotency query", dup.Error())
 	})
 	t.Run("TxUsableAfterConflict", func(t *testing.T) {
-		tx, err := db.Begin(ctx)
+		tx, err := bundle.db.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck
 		_, err = outbox.AppendIfTx(ctx, tx, outbox.AppendCondition{FailIfEventsMatch: courseC1}, event("Y"))
@@ -231,22 +225,22 @@ func TestAppendIfTxCondition(t *testing.T) {
 		appended, err := outbox.AppendTx(ctx, tx, event("Compensated"))
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
-		events, err := outbox.Read(ctx, db, outbox.ReadParams{Query: outbox.Query{{Types: []string{"Y", "Compensated"}}}})
+		events, err := outbox.Read(ctx, bundle.db, outbox.ReadParams{Query: outbox.Query{{Types: []string{"Y", "Compensated"}}}})
 		require.NoError(t, err)
 		require.Equal(t, []int64{appended[0].GlobalSequence}, sequences(events))
 	})
 	t.Run("RepeatableReadRefused", func(t *testing.T) {
-		before := countEvents(t, db)
-		tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		before := countEvents(t, bundle.db)
+		tx, err := bundle.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck
 		_, err = outbox.AppendIfTx(ctx, tx, outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Tags: []string{"course=none"}}}}, event("Z"))
 		require.EqualError(t, err, "outbox: AppendIfTx needs READ COMMITTED or SERIALIZABLE isolation, the transaction is repeatable read")
 		require.NoError(t, tx.Commit(ctx))
-		require.Equal(t, before, countEvents(t, db))
+		require.Equal(t, before, countEvents(t, bundle.db))
 	})
 	t.Run("Serializable", func(t *testing.T) {
-		tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+		tx, err := bundle.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck
 		appended, err := outbox.AppendIfTx(ctx, tx, outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Tags: []string{"course=none"}}}}, event("S1", "course=none"), event("S2", "course=none"))

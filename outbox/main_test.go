@@ -18,6 +18,19 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// testBundle is what an outbox test works with.
+type testBundle struct {
+	db    *pgxpool.Pool // a pool on a database of the test's own, migrated
+	dbURL string        // that database, for connections outside the pool
+}
+
+// setup gives the test a fresh database with no events.
+func setup(t *testing.T) (context.Context, *testBundle) {
+	t.Helper()
+	dbURL := pgtest.NewDatabase(t)
+	return context.Background(), &testBundle{db: pgtest.Connect(t, dbURL), dbURL: dbURL}
+}
+
 // event returns a valid event of type typ with tags.
 func event(typ string, tags ...string) outbox.Event {
 	return outbox.Event{Type: typ, Tags: tags, Data: json.RawMessage(`{"n":1}`)}

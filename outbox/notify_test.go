@@ -1,14 +1,12 @@
 package outbox_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -17,11 +15,9 @@ import (
 // PostgreSQL refuses the PREPARE because the append notified.
 func TestSkipNotifyLetsAWriterPrepare(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	dbURL := pgtest.NewDatabase(t)
-	db := pgtest.Connect(t, dbURL)
+	ctx, bundle := setup(t)
 
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := pgx.Connect(ctx, bundle.dbURL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	prepare := func(gid string, skip bool) error {
@@ -45,14 +41,14 @@ func TestSkipNotifyLetsAWriterPrepare(t *testing.T) {
 	require.NoError(t, prepare("rb-skip", true))
 	_, err = conn.Exec(ctx, "COMMIT PREPARED 'rb-skip'")
 	require.NoError(t, err)
-	require.Equal(t, 1, countEvents(t, db))
+	require.Equal(t, 1, countEvents(t, bundle.db))
 
 	// SET LOCAL ended with the transaction: the next append notifies again.
 	err = prepare("rb-again", false)
 	require.ErrorAs(t, err, &pgErr)
 
 	// The whole session, as a connection parameter.
-	cfg, err := pgx.ParseConfig(dbURL)
+	cfg, err := pgx.ParseConfig(bundle.dbURL)
 	require.NoError(t, err)
 	cfg.RuntimeParams["riverbus.notify"] = "off"
 	quiet, err := pgx.ConnectConfig(ctx, cfg)
@@ -66,7 +62,7 @@ func TestSkipNotifyLetsAWriterPrepare(t *testing.T) {
 	require.NoError(t, err)
 	_, err = quiet.Exec(ctx, "COMMIT PREPARED 'rb-session'")
 	require.NoError(t, err)
-	require.Equal(t, 2, countEvents(t, db))
+	require.Equal(t, 2, countEvents(t, bundle.db))
 
 	// A value that is not a boolean fails the append instead of notifying.
 	tx, err = conn.Begin(ctx)

@@ -1,26 +1,23 @@
 package outbox_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
 )
 
 func TestRead(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	keyed := func(key, typ string, tags ...string) outbox.Event {
 		e := event(typ, tags...)
 		e.Key = key
 		return e
 	}
-	appended, err := outbox.Append(ctx, db,
+	appended, err := outbox.Append(ctx, bundle.db,
 		keyed("c1", "CourseDefined", "course=c1"),                   // 1
 		keyed("c2", "CourseDefined", "course=c2"),                   // 2
 		keyed("c1", "StudentSubscribed", "course=c1", "student=s1"), // 3
@@ -62,7 +59,7 @@ func TestRead(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			events, err := outbox.Read(ctx, db, tt.params)
+			events, err := outbox.Read(ctx, bundle.db, tt.params)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, sequences(events))
 			for _, e := range events {
@@ -73,7 +70,7 @@ func TestRead(t *testing.T) {
 
 	// Inside a transaction Read sees the transaction's own events; outside,
 	// only committed ones.
-	tx, err := db.Begin(ctx)
+	tx, err := bundle.db.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	_, err = outbox.AppendTx(ctx, tx, keyed("c1", "CourseRenamed", "course=c1"))
@@ -81,7 +78,7 @@ func TestRead(t *testing.T) {
 	events, err := outbox.Read(ctx, tx, outbox.ReadParams{Query: outbox.Query{{Types: []string{"CourseRenamed"}}}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{6, 9}, sequences(events))
-	events, err = outbox.Read(ctx, db, outbox.ReadParams{Query: outbox.Query{{Types: []string{"CourseRenamed"}}}})
+	events, err = outbox.Read(ctx, bundle.db, outbox.ReadParams{Query: outbox.Query{{Types: []string{"CourseRenamed"}}}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{6}, sequences(events))
 }

@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -29,8 +27,7 @@ func requireInvalid(t *testing.T, err error, index int, field string) *outbox.Va
 
 func TestAppendRejectsInvalidEvents(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	valid := event("Valid", "a=b")
 	with := func(f func(e *outbox.Event)) outbox.Event {
@@ -79,18 +76,18 @@ func TestAppendRejectsInvalidEvents(t *testing.T) {
 	cond := outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Tags: []string{"a=b"}}}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := outbox.Append(ctx, db, tt.events...)
+			_, err := outbox.Append(ctx, bundle.db, tt.events...)
 			requireInvalid(t, err, tt.index, tt.field)
 			require.EqualError(t, err, tt.error)
 
-			tx, err := db.Begin(ctx)
+			tx, err := bundle.db.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(ctx) //nolint:errcheck
 			_, err = outbox.AppendTx(ctx, tx, tt.events...)
 			requireInvalid(t, err, tt.index, tt.field)
 			_, err = outbox.AppendIfTx(ctx, tx, cond, tt.events...)
 			requireInvalid(t, err, tt.index, tt.field)
-			_, err = outbox.AppendIf(ctx, db, cond, tt.events...)
+			_, err = outbox.AppendIf(ctx, bundle.db, cond, tt.events...)
 			requireInvalid(t, err, tt.index, tt.field)
 			// No SQL ran: the transaction is still usable.
 			_, err = tx.Exec(ctx, "SELECT 1")
@@ -98,10 +95,10 @@ func TestAppendRejectsInvalidEvents(t *testing.T) {
 			require.NoError(t, tx.Commit(ctx))
 		})
 	}
-	require.Equal(t, 0, countEvents(t, db))
+	require.Equal(t, 0, countEvents(t, bundle.db))
 
 	// The bounds themselves are accepted.
-	appended, err := outbox.Append(ctx, db, with(func(e *outbox.Event) {
+	appended, err := outbox.Append(ctx, bundle.db, with(func(e *outbox.Event) {
 		e.Type = strings.Repeat("é", 255)
 		e.Tags = []string{"a=", "b==", "c=d=e"}
 		e.Metadata = json.RawMessage(` {} `)
@@ -113,8 +110,7 @@ func TestAppendRejectsInvalidEvents(t *testing.T) {
 
 func TestAppendIfRejectsInvalidConditions(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	tests := []struct {
 		name  string
@@ -132,18 +128,17 @@ func TestAppendIfRejectsInvalidConditions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := outbox.AppendIf(ctx, db, tt.cond, event("A", "a=b"))
+			_, err := outbox.AppendIf(ctx, bundle.db, tt.cond, event("A", "a=b"))
 			requireInvalid(t, err, -1, tt.field)
 			require.EqualError(t, err, tt.error)
 		})
 	}
-	require.Equal(t, 0, countEvents(t, db))
+	require.Equal(t, 0, countEvents(t, bundle.db))
 }
 
 func TestReadRejectsInvalidParams(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	tests := []struct {
 		name   string
@@ -158,7 +153,7 @@ func TestReadRejectsInvalidParams(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := outbox.Read(ctx, db, tt.params)
+			_, err := outbox.Read(ctx, bundle.db, tt.params)
 			requireInvalid(t, err, -1, tt.field)
 		})
 	}
@@ -172,8 +167,7 @@ func nested(depth int) string {
 
 func TestDatabaseRejectsInvalidRows(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
 	tests := []struct {
 		name       string
@@ -197,18 +191,18 @@ func TestDatabaseRejectsInvalidRows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := db.Exec(ctx, "INSERT INTO riverbus_event (type, key, tags, data, metadata) VALUES "+tt.values)
+			_, err := bundle.db.Exec(ctx, "INSERT INTO riverbus_event (type, key, tags, data, metadata) VALUES "+tt.values)
 			var pgErr *pgconn.PgError
 			require.True(t, errors.As(err, &pgErr), "%v", err)
 			require.Equal(t, tt.code, pgErr.Code, pgErr.Message)
 			require.Equal(t, tt.constraint, pgErr.ConstraintName)
 		})
 	}
-	require.Equal(t, 0, countEvents(t, db))
+	require.Equal(t, 0, countEvents(t, bundle.db))
 
-	_, err := db.Exec(ctx, "INSERT INTO riverbus_event (type, key, tags, data, metadata) VALUES (repeat('é', 255), '', '{a=,b==}', 'null', '{}')")
+	_, err := bundle.db.Exec(ctx, "INSERT INTO riverbus_event (type, key, tags, data, metadata) VALUES (repeat('é', 255), '', '{a=,b==}', 'null', '{}')")
 	require.NoError(t, err)
-	require.Equal(t, 1, countEvents(t, db))
+	require.Equal(t, 1, countEvents(t, bundle.db))
 }
 
 // A CHECK violation the database finds is a *ValidationError too. The test
@@ -216,26 +210,25 @@ func TestDatabaseRejectsInvalidRows(t *testing.T) {
 // for a constraint this version of the package does not know.
 func TestAppendMapsCheckViolations(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewPool(t)
+	ctx, bundle := setup(t)
 
-	_, err := db.Exec(ctx, `
+	_, err := bundle.db.Exec(ctx, `
 ALTER TABLE riverbus_event DROP CONSTRAINT riverbus_event_type_length;
 ALTER TABLE riverbus_event ADD CONSTRAINT riverbus_event_type_length CHECK (char_length(type) BETWEEN 1 AND 10);
 ALTER TABLE riverbus_event ADD CONSTRAINT test_no_secret CHECK (NOT tags @> '{secret=1}')`)
 	require.NoError(t, err)
 
-	_, err = outbox.Append(ctx, db, event("Short"), event("MuchTooLongForThisTable"))
+	_, err = outbox.Append(ctx, bundle.db, event("Short"), event("MuchTooLongForThisTable"))
 	invalid := requireInvalid(t, err, -1, "Type")
 	require.Equal(t, `rejected by the database: new row for relation "riverbus_event" violates check constraint "riverbus_event_type_length"`, invalid.Reason)
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr))
 	require.Equal(t, pgerrcode.CheckViolation, pgErr.Code)
 
-	_, err = outbox.Append(ctx, db, event("Short", "secret=1"))
+	_, err = outbox.Append(ctx, bundle.db, event("Short", "secret=1"))
 	requireInvalid(t, err, -1, "row")
 
-	_, err = outbox.AppendIf(ctx, db, outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Tags: []string{"a=b"}}}}, event("MuchTooLongForThisTable"))
+	_, err = outbox.AppendIf(ctx, bundle.db, outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Tags: []string{"a=b"}}}}, event("MuchTooLongForThisTable"))
 	requireInvalid(t, err, -1, "Type")
-	require.Equal(t, 0, countEvents(t, db))
+	require.Equal(t, 0, countEvents(t, bundle.db))
 }
