@@ -61,7 +61,7 @@ func runBacklog(ctx context.Context, e *env) ([]Result, error) {
 	for i, n := range sizes {
 		rates = append(rates, fmt.Sprintf("%s: %.1fk events/s", count(n), float64(n)/summarize(secs[i]).Median/1000))
 	}
-	note := fmt.Sprintf("%d run(s) per size; one pool from the beginning; fanoutproc (fanout.Run, default Config) in a child process, peak RSS = its VmHWM; catch-up %s",
+	note := fmt.Sprintf("%d run(s) per size; one pool from the beginning; fanoutproc (the fan-out services, default fanout.Config) in a child process, peak RSS = its VmHWM; catch-up %s",
 		min(e.opts.Runs, backlogRuns), strings.Join(rates, ", "))
 	for i, n := range sizes {
 		rows = append(rows,

@@ -39,7 +39,7 @@ var bigTxKinds = []bigTxKind{
 
 // runBigTx: how long after one transaction of bigTxEvents events commits
 // each kind of pool has it delivered (every job inserted, the cursor past
-// its last event), with engine.Run running: each kind alone, then all
+// its last event), with the fan-out running: each kind alone, then all
 // kinds in one database, where a pool should not wait for the others.
 // Linear per-pool work keeps these at seconds; a grouped pool that re-read
 // the transaction for every batch took minutes.
@@ -66,7 +66,7 @@ func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 		}
 		e.log.Info("bench: measured", "scenario", name, "run", run+1, "pools", "all", "seconds", fmt.Sprint(secs))
 	}
-	note := fmt.Sprintf("one transaction of %d events (%d keys taking turns; grouped jobs of at most 10,000 events), engine.Run with default Config but GapTimeout %s; time from COMMIT until the pool's cursor passes the transaction, its jobs inserted",
+	note := fmt.Sprintf("one transaction of %d events (%d keys taking turns; grouped jobs of at most 10,000 events), the fan-out services with the default fanout.Config but GapTimeout %s; time from COMMIT until the pool's cursor passes the transaction, its jobs inserted",
 		n, bigTxKeys, phaseTimeout)
 	var rows []Result
 	for _, k := range bigTxKinds {
@@ -79,7 +79,7 @@ func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 }
 
 // bigTxRun creates a pool of each kind in a fresh database, starts
-// engine.Run, appends one transaction of n events and returns, per pool,
+// the fan-out, appends one transaction of n events and returns, per pool,
 // the seconds from its commit until the pool delivered it.
 func bigTxRun(ctx context.Context, e *env, n int, kinds []bigTxKind) (map[string]float64, error) {
 	d, err := e.newDatabase(ctx, schemaRiverbus)

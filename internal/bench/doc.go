@@ -7,11 +7,11 @@
 //   - fanout-1pool, fanout-4pools: the fan-out catching up on a backlog of
 //     events (Fanout.Pass in a loop) against River's InsertManyFast of the
 //     same job rows. Target: riverbus/raw ≥ 0.8.
-//   - drain: a River client with workers.ClientConfig settings working the
+//   - drain: a River client with riverbus worker settings (workers.Config defaults) working the
 //     jobs the fan-out created against the same number of raw jobs.
 //     Target: riverbus/raw ≥ 0.9.
 //   - latency-200, latency-1000: append commit → handler start with
-//     fanout.Run running, against River's Insert commit → Work start.
+//     the fan-out running, against River's Insert commit → Work start.
 //     Target at 200/s: p50 ≤ 5 ms, p99 ≤ 25 ms.
 //   - rollback-gap: how long a rolled-back transaction holds the horizon
 //     back. Target: p99 ≤ 100 ms. No raw River equivalent.
@@ -24,7 +24,7 @@
 //     is the unordered pool). Skipped while fanout.PoolParams has no
 //     Ordering field.
 //   - big-transaction: one transaction of 100k events committed while
-//     fanout.Run runs; the time until each kind of pool (plain, key-ordered,
+//     the fan-out runs; the time until each kind of pool (plain, key-ordered,
 //     grouped, grouped by key) has delivered it, each kind alone and all
 //     four together. No target: it shows that a pool's cost is linear in
 //     the transaction's size and that no pool waits for another.

@@ -18,7 +18,7 @@ const gapIterations = 50
 
 // runRollbackGap: a transaction A takes a sequence and holds it, B appends
 // and commits above it, and the horizon waits at A's gap; A rolls back. How
-// long from A's rollback until the horizon passes B? With engine.Run's
+// long from A's rollback until the horizon passes B? With the fan-out's
 // default Config (GapTimeout 5 s): anything near 5 s means the rollback was
 // not proven and the gap timed out.
 func runRollbackGap(ctx context.Context, e *env) ([]Result, error) {
@@ -33,7 +33,7 @@ func runRollbackGap(ctx context.Context, e *env) ([]Result, error) {
 		p50s, p99s, maxs = append(p50s, percentile(lat, 50)), append(p99s, percentile(lat, 99)), append(maxs, lat[len(lat)-1])
 		e.log.Info("bench: measured", "scenario", "rollback-gap", "run", run+1, "p50_ms", p50s[run], "p99_ms", p99s[run])
 	}
-	note := fmt.Sprintf("%d rollbacks per run, each after the horizon recorded the gap; engine.Run with default Config (GapTimeout %s, GapCheckInterval %s); timed from Rollback to the riverbus_horizon notification passing B",
+	note := fmt.Sprintf("%d rollbacks per run, each after the horizon recorded the gap; the fan-out services with the default fanout.Config (GapTimeout %s, GapCheckInterval %s); timed from Rollback to the riverbus_horizon notification passing B",
 		k, fanout.GapTimeoutDefault, fanout.GapCheckIntervalDefault)
 	row := func(metric string, v []float64, t *Target) Result {
 		return Result{Scenario: "rollback-gap", Metric: metric, Unit: "ms", Riverbus: summarize(v), Target: t, Note: note}

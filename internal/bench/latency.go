@@ -43,7 +43,7 @@ type latencySample struct {
 }
 
 // runLatency: single-event append transactions at rate per second with
-// engine.Run running, commit → handler start; against River's Insert at the
+// the fan-out running, commit → handler start; against River's Insert at the
 // same rate, commit → Work start.
 func runLatency(ctx context.Context, e *env, name string, rate int) ([]Result, error) {
 	dur := max(time.Duration(float64(latencyDuration)*e.opts.Scale), latencyDurationMin)
@@ -66,7 +66,7 @@ func runLatency(ctx context.Context, e *env, name string, rate int) ([]Result, e
 		p50Target = &Target{Of: "riverbus", Op: "<=", Value: 5}
 		p99Target = &Target{Of: "riverbus", Op: "<=", Value: 25}
 	}
-	note := fmt.Sprintf("%d single-event transactions at %d/s (achieved: riverbus %.0f/s, raw %.0f/s); engine.Run with default Config; workers.ClientConfig, MaxWorkers %d; raw: Client.Insert with the same settings; job insert = the job's created_at (riverbus: the fan-out's insert)",
+	note := fmt.Sprintf("%d single-event transactions at %d/s (achieved: riverbus %.0f/s, raw %.0f/s); the fan-out services (what riverbus.Client.Start runs) with the default fanout.Config; riverbus worker settings, MaxWorkers %d; raw: Client.Insert with the same settings; job insert = the job's created_at (riverbus: the fan-out's insert)",
 		n, rate, summarize(pick(rbs, func(s latencySample) float64 { return s.Rate })).Median,
 		summarize(pick(raws, func(s latencySample) float64 { return s.Rate })).Median, latencyWorkers)
 	return []Result{

@@ -1,5 +1,5 @@
 // Command fanoutproc is the fan-out process of the backlog benchmark
-// (internal/bench): it runs engine.Run with the default Config against
+// (internal/bench): it runs the fan-out services with the default fanout.Config against
 // DATABASE_URL until every pool's cursor reaches -target, then prints one
 // JSON line with the catch-up time and its own peak RSS (VmHWM), and exits.
 // It runs as a child process so that its memory is its own.
