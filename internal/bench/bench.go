@@ -124,6 +124,7 @@ var scenarios = []scenario{
 	{"backlog", runBacklog},
 	{"ordered-vs-unordered", runOrdered},
 	{"big-transaction", runBigTx},
+	{"live-during-rebuild", runLiveDuringRebuild},
 }
 
 // ScenarioNames returns the names Opts.Scenarios accepts, in the order Run

@@ -28,6 +28,10 @@
 //     grouped, grouped by key) has delivered it, each kind alone and all
 //     four together. No target: it shows that a pool's cost is linear in
 //     the transaction's size and that no pool waits for another.
+//   - live-during-rebuild: a live pool taking 50 events/s (commit → handler
+//     start, worked by a River client) while another pool, created from the
+//     beginning, rebuilds a 200k-event backlog; here the baseline column is
+//     the same live pool with no rebuild. Target: p99 ≤ 250 ms.
 //
 // # Method
 //

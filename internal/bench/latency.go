@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -40,6 +41,7 @@ type latencySample struct {
 	// milliseconds: River's share of the latency.
 	PickupP50, PickupP99 float64
 	Rate                 float64 // achieved per second
+	Events               int     // how many were measured
 }
 
 // runLatency: single-event append transactions at rate per second with
@@ -115,7 +117,7 @@ func latencyRiverbus(ctx context.Context, e *env, rate, n int) (latencySample, e
 		stop()
 		<-stopped
 	}()
-	return p.measure(ctx, rate, n, func(ctx context.Context, i int, id uuid.UUID) error {
+	return p.measure(ctx, rate, n, nil, func(ctx context.Context, i int, id uuid.UUID) error {
 		ev := newEvent(i)
 		ev.EventID = id
 		_, err := outbox.Append(ctx, appendDB, ev)
@@ -152,7 +154,7 @@ func latencyRaw(ctx context.Context, e *env, rate, n int) (latencySample, error)
 		return latencySample{}, err
 	}
 	opts := &river.InsertOpts{Queue: benchKind, MaxAttempts: bustype.MaxAttemptsDefault, Priority: bustype.PriorityDefault}
-	return p.measure(ctx, rate, n, func(ctx context.Context, i int, id uuid.UUID) error {
+	return p.measure(ctx, rate, n, nil, func(ctx context.Context, i int, id uuid.UUID) error {
 		ev := newEvent(i)
 		ev.GlobalSequence = int64(i + 1)
 		ev.EventID = id
@@ -222,8 +224,10 @@ func (p *probe) startClient(ctx context.Context, e *env, db *pgxpool.Pool) (*riv
 }
 
 // measure sends warmupEvents unmeasured events, then n events at rate per
-// second, and returns the percentiles of commit → handler start.
-func (p *probe) measure(ctx context.Context, rate, n int, send func(ctx context.Context, i int, id uuid.UUID) error) (latencySample, error) {
+// second, and returns the percentiles of commit → handler start. begin, when
+// not nil, is called after the warm-up; when the channel it returns closes,
+// no more events are sent and those sent so far are measured.
+func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context.Context) (until <-chan struct{}, err error), send func(ctx context.Context, i int, id uuid.UUID) error) (latencySample, error) {
 	warm := newIDs(warmupEvents)
 	if _, err := paced(ctx, len(warm), float64(rate), latencyAppenders, func(ctx context.Context, i int) error {
 		return send(ctx, i, warm[i])
@@ -234,25 +238,54 @@ func (p *probe) measure(ctx context.Context, rate, n int, send func(ctx context.
 		return latencySample{}, fmt.Errorf("warm-up: %w", err)
 	}
 
+	// pacing ends when until closes; the sends run on ctx, so none is
+	// cut short.
+	pacing, stopPacing := context.WithCancel(ctx)
+	defer stopPacing()
+	if begin != nil {
+		until, err := begin(pacing)
+		if err != nil {
+			return latencySample{}, err
+		}
+		go func() {
+			select {
+			case <-until:
+				stopPacing()
+			case <-pacing.Done():
+			}
+		}()
+	}
 	ids := newIDs(n)
 	commits := make([]time.Time, n)
-	achieved, err := paced(ctx, n, float64(rate), latencyAppenders, func(ctx context.Context, i int) error {
+	achieved, err := paced(pacing, n, float64(rate), latencyAppenders, func(_ context.Context, i int) error {
 		err := send(ctx, warmupEvents+i, ids[i])
-		commits[i] = time.Now()
+		if err == nil {
+			commits[i] = time.Now()
+		}
 		return err
 	})
-	if err != nil {
+	if err != nil && (ctx.Err() != nil || !errors.Is(err, context.Canceled)) {
 		return latencySample{}, err
 	}
-	if err := p.wait(ctx, ids); err != nil {
-		return latencySample{}, err
-	}
-	lat := make([]float64, n)
-	pickup := make([]float64, n)
-	p.mu.Lock()
+	sent := ids[:0:0]
+	var sentCommits []time.Time
 	for i, id := range ids {
+		if !commits[i].IsZero() {
+			sent, sentCommits = append(sent, id), append(sentCommits, commits[i])
+		}
+	}
+	if len(sent) == 0 {
+		return latencySample{}, errors.New("no event was sent")
+	}
+	if err := p.wait(ctx, sent); err != nil {
+		return latencySample{}, err
+	}
+	lat := make([]float64, len(sent))
+	pickup := make([]float64, len(sent))
+	p.mu.Lock()
+	for i, id := range sent {
 		s := p.started[id]
-		lat[i] = float64(s.at.Sub(commits[i])) / float64(time.Millisecond)
+		lat[i] = float64(s.at.Sub(sentCommits[i])) / float64(time.Millisecond)
 		pickup[i] = float64(s.at.Sub(s.created)) / float64(time.Millisecond)
 	}
 	p.mu.Unlock()
@@ -261,6 +294,7 @@ func (p *probe) measure(ctx context.Context, rate, n int, send func(ctx context.
 	return latencySample{
 		P50: percentile(lat, 50), P95: percentile(lat, 95), P99: percentile(lat, 99),
 		PickupP50: percentile(pickup, 50), PickupP99: percentile(pickup, 99), Rate: achieved,
+		Events: len(sent),
 	}, nil
 }
 
@@ -322,6 +356,7 @@ func paced(ctx context.Context, n int, rate float64, conc int, do func(ctx conte
 		})
 	}
 	start := time.Now()
+	handed := 0
 	for i := range n {
 		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
 		if d := time.Until(due); d > 0 {
@@ -329,6 +364,7 @@ func paced(ctx context.Context, n int, rate float64, conc int, do func(ctx conte
 		}
 		select {
 		case tickets <- i:
+			handed++
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
@@ -341,10 +377,10 @@ func paced(ctx context.Context, n int, rate float64, conc int, do func(ctx conte
 	if firstErr == nil {
 		firstErr = ctx.Err()
 	}
-	// Call n-1 is due at (n-1)/rate: a run on schedule reports rate.
+	// Call i is due at i/rate: a run on schedule reports rate.
 	achieved := rate
-	if n > 1 && sending > 0 {
-		achieved = min(rate, float64(n-1)/sending.Seconds())
+	if handed > 1 && sending > 0 {
+		achieved = min(rate, float64(handed-1)/sending.Seconds())
 	}
 	return achieved, firstErr
 }

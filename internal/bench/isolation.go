@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/outbox"
+)
+
+const (
+	// rebuildEvents is the backlog a pool created from the beginning
+	// rebuilds in live-during-rebuild.
+	rebuildEvents = 200_000
+	// rebuildLiveRate is the live pool's traffic, events per second.
+	rebuildLiveRate = 50
+	// rebuildPool is the pool that rebuilds; the live pool is benchKind.
+	rebuildPool = "rebuild"
+	// rebuildMaxDuration bounds the live traffic of one run.
+	rebuildMaxDuration = 3 * time.Minute
+)
+
+// runLiveDuringRebuild: a live pool taking rebuildLiveRate events per second,
+// commit → handler start, while another pool, created from the beginning,
+// rebuilds from a backlog of rebuildEvents; against the same live pool with
+// no rebuild running. Both sides run riverbus.
+func runLiveDuringRebuild(ctx context.Context, e *env) ([]Result, error) {
+	const name = "live-during-rebuild"
+	backlog := e.scaled(rebuildEvents, 1000)
+	// The side with no rebuild sends as many events as a rebuild of the
+	// backlog at about 20k events/s lasts, or latencyDurationMin.
+	baseDur := max(time.Duration(float64(backlog)/20_000*float64(time.Second)), latencyDurationMin)
+	during, without, err := measurePair(ctx, e, name,
+		func(ctx context.Context) (latencySample, error) {
+			return liveDuringRebuild(ctx, e, backlog, true, 0)
+		},
+		func(ctx context.Context) (latencySample, error) {
+			return liveDuringRebuild(ctx, e, backlog, false, max(1, int(rebuildLiveRate*baseDur.Seconds())))
+		})
+	if err != nil {
+		return nil, err
+	}
+	pick := func(s []latencySample, f func(latencySample) float64) []float64 {
+		out := make([]float64, len(s))
+		for i, x := range s {
+			out[i] = f(x)
+		}
+		return out
+	}
+	events := func(s []latencySample) float64 {
+		return summarize(pick(s, func(x latencySample) float64 { return float64(x.Events) })).Median
+	}
+	note := fmt.Sprintf("here RIVERBUS is the live pool while pool %q, created from the beginning, rebuilds a %d-event backlog, and RAW RIVER the same live pool with no rebuild (not raw River); live: single-event appends at %d/s (measured: %.0f during the rebuild, %.0f without), worked by a River client as in latency-200; the rebuilding pool's jobs are not worked; the fan-out services with the default fanout.Config",
+		rebuildPool, backlog, rebuildLiveRate, events(during), events(without))
+	p := func(f func(latencySample) float64) ([]float64, []float64) { return pick(during, f), pick(without, f) }
+	p50a, p50b := p(func(s latencySample) float64 { return s.P50 })
+	p99a, p99b := p(func(s latencySample) float64 { return s.P99 })
+	ia, ib := p(func(s latencySample) float64 { return s.PickupP99 })
+	return []Result{
+		paired(name, "live commit → handler p50", "ms", p50a, p50b, nil, note),
+		paired(name, "live commit → handler p99", "ms", p99a, p99b, &Target{Of: "riverbus", Op: "<=", Value: 250}, note),
+		paired(name, "live job insert → handler p99", "ms", ia, ib, nil, note),
+	}, nil
+}
+
+// liveDuringRebuild measures the live pool once. With rebuild, pool
+// rebuildPool is created from the beginning of a backlog of backlog events
+// once the live pool is warm, and live events are sent until it has caught
+// up; without, n live events are sent over the same backlog.
+func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n int) (latencySample, error) {
+	d, err := e.newDatabase(ctx, schemaRiverbus)
+	if err != nil {
+		return latencySample{}, err
+	}
+	defer d.drop()
+	appendDB, fanDB, workDB, closeAll, err := connectThree(ctx, d)
+	if err != nil {
+		return latencySample{}, err
+	}
+	defer closeAll()
+	last, err := copyEvents(ctx, appendDB, backlog, 0)
+	if err != nil {
+		return latencySample{}, err
+	}
+	if _, _, err := pools.Create(ctx, appendDB, bustype.PoolParams{Name: benchKind, From: bustype.FromNow}); err != nil {
+		return latencySample{}, err
+	}
+	if err := d.settle(ctx, appendDB); err != nil {
+		return latencySample{}, err
+	}
+	p := newProbe()
+	client, err := p.startClient(ctx, e, workDB)
+	if err != nil {
+		return latencySample{}, err
+	}
+	defer stopClient(client)
+	f, err := engine.New(fanDB, &fanout.Config{Logger: e.quiet})
+	if err != nil {
+		return latencySample{}, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = f.Run(runCtx)
+	}()
+	defer func() {
+		stop()
+		<-stopped
+	}()
+
+	send := func(ctx context.Context, i int, id uuid.UUID) error {
+		ev := newEvent(i)
+		ev.EventID = id
+		_, err := outbox.Append(ctx, appendDB, ev)
+		return err
+	}
+	if !rebuild {
+		return p.measure(ctx, rebuildLiveRate, n, nil, send)
+	}
+	// The rebuild starts once the live pool is warm, and the live traffic
+	// lasts until it has caught up.
+	begin := func(ctx context.Context) (<-chan struct{}, error) {
+		if _, _, err := pools.Create(ctx, appendDB, bustype.PoolParams{Name: rebuildPool, From: bustype.FromBeginning}); err != nil {
+			return nil, err
+		}
+		f.Wake()
+		done := make(chan struct{})
+		go waitCaughtUp(ctx, appendDB, rebuildPool, last, done)
+		return done, nil
+	}
+	n = max(1, int(rebuildLiveRate*rebuildMaxDuration.Seconds()))
+	return p.measure(ctx, rebuildLiveRate, n, begin, send)
+}
+
+// waitCaughtUp closes done when pool's cursor reaches last.
+func waitCaughtUp(ctx context.Context, db *pgxpool.Pool, pool string, last int64, done chan<- struct{}) {
+	defer close(done)
+	for ctx.Err() == nil {
+		p, err := pools.Get(ctx, db, pool)
+		if err == nil && p.Cursor >= last {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
