@@ -38,72 +38,80 @@ func runLiveDuringRebuild(ctx context.Context, e *env) ([]Result, error) {
 	// backlog at about 20k events/s lasts, or latencyDurationMin.
 	baseDur := max(time.Duration(float64(backlog)/20_000*float64(time.Second)), latencyDurationMin)
 	during, without, err := measurePair(ctx, e, name,
-		func(ctx context.Context) (latencySample, error) {
+		func(ctx context.Context) (rebuildSample, error) {
 			return liveDuringRebuild(ctx, e, backlog, true, 0)
 		},
-		func(ctx context.Context) (latencySample, error) {
+		func(ctx context.Context) (rebuildSample, error) {
 			return liveDuringRebuild(ctx, e, backlog, false, max(1, int(rebuildLiveRate*baseDur.Seconds())))
 		})
 	if err != nil {
 		return nil, err
 	}
-	pick := func(s []latencySample, f func(latencySample) float64) []float64 {
+	pick := func(s []rebuildSample, f func(rebuildSample) float64) []float64 {
 		out := make([]float64, len(s))
 		for i, x := range s {
 			out[i] = f(x)
 		}
 		return out
 	}
-	events := func(s []latencySample) float64 {
-		return summarize(pick(s, func(x latencySample) float64 { return float64(x.Events) })).Median
+	events := func(s []rebuildSample) float64 {
+		return summarize(pick(s, func(x rebuildSample) float64 { return float64(x.Events) })).Median
 	}
 	note := fmt.Sprintf("here RIVERBUS is the live pool while pool %q, created from the beginning, rebuilds a %d-event backlog, and RAW RIVER the same live pool with no rebuild (not raw River); live: single-event appends at %d/s (measured: %.0f during the rebuild, %.0f without), worked by a River client as in latency-200; the rebuilding pool's jobs are not worked; the fan-out services with the default fanout.Config",
 		rebuildPool, backlog, rebuildLiveRate, events(during), events(without))
-	p := func(f func(latencySample) float64) ([]float64, []float64) { return pick(during, f), pick(without, f) }
-	p50a, p50b := p(func(s latencySample) float64 { return s.P50 })
-	p99a, p99b := p(func(s latencySample) float64 { return s.P99 })
-	ia, ib := p(func(s latencySample) float64 { return s.PickupP99 })
+	p := func(f func(rebuildSample) float64) ([]float64, []float64) { return pick(during, f), pick(without, f) }
+	p50a, p50b := p(func(s rebuildSample) float64 { return s.P50 })
+	p99a, p99b := p(func(s rebuildSample) float64 { return s.P99 })
+	ia, ib := p(func(s rebuildSample) float64 { return s.PickupP99 })
+	rebuilt := pick(during, func(s rebuildSample) float64 { return s.Rebuild })
 	return []Result{
 		paired(name, "live commit → handler p50", "ms", p50a, p50b, nil, note),
 		paired(name, "live commit → handler p99", "ms", p99a, p99b, &Target{Of: "riverbus", Op: "<=", Value: 250}, note),
 		paired(name, "live job insert → handler p99", "ms", ia, ib, nil, note),
+		{Scenario: name, Metric: "rebuild time", Unit: "s", Riverbus: summarize(rebuilt), Note: note},
 	}, nil
+}
+
+// rebuildSample is one run of one side of live-during-rebuild.
+type rebuildSample struct {
+	latencySample
+	Rebuild float64 // seconds from the rebuilding pool's creation until it caught up; 0 without
 }
 
 // liveDuringRebuild measures the live pool once. With rebuild, pool
 // rebuildPool is created from the beginning of a backlog of backlog events
 // once the live pool is warm, and live events are sent until it has caught
 // up; without, n live events are sent over the same backlog.
-func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n int) (latencySample, error) {
+func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n int) (rebuildSample, error) {
 	d, err := e.newDatabase(ctx, schemaRiverbus)
 	if err != nil {
-		return latencySample{}, err
+		return rebuildSample{}, err
 	}
 	defer d.drop()
 	appendDB, fanDB, workDB, closeAll, err := connectThree(ctx, d)
 	if err != nil {
-		return latencySample{}, err
+		return rebuildSample{}, err
 	}
 	defer closeAll()
 	last, err := copyEvents(ctx, appendDB, backlog, 0)
 	if err != nil {
-		return latencySample{}, err
+		return rebuildSample{}, err
 	}
 	if _, _, err := pools.Create(ctx, appendDB, bustype.PoolParams{Name: benchKind, From: bustype.FromNow}); err != nil {
-		return latencySample{}, err
+		return rebuildSample{}, err
 	}
 	if err := d.settle(ctx, appendDB); err != nil {
-		return latencySample{}, err
+		return rebuildSample{}, err
 	}
 	p := newProbe()
 	client, err := p.startClient(ctx, e, workDB)
 	if err != nil {
-		return latencySample{}, err
+		return rebuildSample{}, err
 	}
 	defer stopClient(client)
 	f, err := engine.New(fanDB, &fanout.Config{Logger: e.quiet})
 	if err != nil {
-		return latencySample{}, err
+		return rebuildSample{}, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	stopped := make(chan struct{})
@@ -123,29 +131,45 @@ func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n
 		return err
 	}
 	if !rebuild {
-		return p.measure(ctx, rebuildLiveRate, n, nil, send)
+		ls, err := p.measure(ctx, rebuildLiveRate, n, nil, send)
+		return rebuildSample{latencySample: ls}, err
 	}
 	// The rebuild starts once the live pool is warm, and the live traffic
 	// lasts until it has caught up.
+	var began, caughtUp time.Time
+	var done chan struct{}
 	begin := func(ctx context.Context) (<-chan struct{}, error) {
+		began = time.Now()
 		if _, _, err := pools.Create(ctx, appendDB, bustype.PoolParams{Name: rebuildPool, From: bustype.FromBeginning}); err != nil {
 			return nil, err
 		}
 		f.Wake()
-		done := make(chan struct{})
-		go waitCaughtUp(ctx, appendDB, rebuildPool, last, done)
+		done = make(chan struct{})
+		go waitCaughtUp(ctx, appendDB, rebuildPool, last, done, &caughtUp)
 		return done, nil
 	}
 	n = max(1, int(rebuildLiveRate*rebuildMaxDuration.Seconds()))
-	return p.measure(ctx, rebuildLiveRate, n, begin, send)
+	ls, err := p.measure(ctx, rebuildLiveRate, n, begin, send)
+	if done != nil {
+		<-done // waitCaughtUp ends with measure's context: caughtUp is set or never will be
+	}
+	if err != nil {
+		return rebuildSample{}, err
+	}
+	if caughtUp.IsZero() {
+		return rebuildSample{}, fmt.Errorf("pool %q did not catch up within %s", rebuildPool, rebuildMaxDuration)
+	}
+	return rebuildSample{latencySample: ls, Rebuild: caughtUp.Sub(began).Seconds()}, nil
 }
 
-// waitCaughtUp closes done when pool's cursor reaches last.
-func waitCaughtUp(ctx context.Context, db *pgxpool.Pool, pool string, last int64, done chan<- struct{}) {
+// waitCaughtUp sets *at and closes done when pool's cursor reaches last,
+// or closes done when ctx ends.
+func waitCaughtUp(ctx context.Context, db *pgxpool.Pool, pool string, last int64, done chan<- struct{}, at *time.Time) {
 	defer close(done)
 	for ctx.Err() == nil {
 		p, err := pools.Get(ctx, db, pool)
 		if err == nil && p.Cursor >= last {
+			*at = time.Now()
 			return
 		}
 		select {
