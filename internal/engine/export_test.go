@@ -16,3 +16,7 @@ func SetGroupPartBounds(events, bytes int) (restore func()) {
 	groupPartMaxEvents, groupPartMaxBytes = events, bytes
 	return func() { groupPartMaxEvents, groupPartMaxBytes = e, b }
 }
+
+// SetAnalyzeJobsMin sets how many jobs the pools' service inserts before
+// it first analyzes river_job; call it before Run.
+func (s *PoolService) SetAnalyzeJobsMin(n int) { s.analyzer.min = n }

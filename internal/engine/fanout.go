@@ -129,6 +129,7 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 	s.Pools = &PoolService{f: f, wake: service.NewWake(), cfg: PoolServiceConfig{
 		Workers: c.Workers, PollInterval: c.PollInterval, Logger: f.logger, OnLateFunc: s.Retirer.Wake,
 	}}
+	s.Pools.analyzer = &jobAnalyzer{f: f, min: analyzeJobsMinDefault, logger: f.logger}
 	s.Sweeper = lanes.NewSweeper(db, &lanes.SweeperConfig{Logger: f.logger})
 	s.Listener = &Listener{f: f}
 	return f, nil

@@ -45,9 +45,10 @@ type PoolServiceConfig struct {
 // PoolService fans out every active pool, each on its own, one batch at a
 // time per pool (Fanout.FanOutPool).
 type PoolService struct {
-	f    *Fanout
-	cfg  PoolServiceConfig
-	wake chan struct{}
+	f        *Fanout
+	cfg      PoolServiceConfig
+	wake     chan struct{}
+	analyzer *jobAnalyzer
 
 	// TestSignals lets tests wait for what Run did.
 	TestSignals PoolTestSignals
@@ -58,10 +59,16 @@ type PoolTestSignals struct {
 	// BatchDone receives the result of every batch Run committed (empty
 	// ones included).
 	BatchDone service.TestSignal[fanout.BatchResult]
+	// Analyzed receives a value after every ANALYZE of river_job
+	// (jobAnalyzer), failed or not.
+	Analyzed service.TestSignal[struct{}]
 }
 
 // Init makes every signal record values; tests only, before Run.
-func (ts *PoolTestSignals) Init(tb service.TB) { ts.BatchDone.Init(tb) }
+func (ts *PoolTestSignals) Init(tb service.TB) {
+	ts.BatchDone.Init(tb)
+	ts.Analyzed.Init(tb)
+}
 
 // Wake asks Run to list the active pools again and run a batch of each.
 func (s *PoolService) Wake() { service.Wake(s.wake) }
@@ -72,9 +79,11 @@ func (s *PoolService) Wake() { service.Wake(s.wake) }
 // batches are full, and when woken (the horizon moved, a notification, the
 // poll interval). A failing pool backs off alone: the others go on at their
 // own pace, and so they do while one pool's batch is slow. A batch that
-// delivered late events wakes the late-event retirer. Run returns nil when
-// ctx ends, after the batches in flight.
+// delivered late events wakes the late-event retirer. As the jobs inserted
+// grow river_job, it is analyzed now and then (jobAnalyzer). Run returns
+// nil when ctx ends, after the batches in flight.
 func (s *PoolService) Run(ctx context.Context) error {
+	defer s.analyzer.wait()
 	pools := map[string]*poolRun{}
 	done := make(chan poolDone)
 	running := 0
@@ -168,6 +177,7 @@ func (s *PoolService) Run(ctx context.Context) error {
 					s.cfg.OnLateFunc()
 				}
 				s.TestSignals.BatchDone.Signal(d.res)
+				s.analyzer.add(ctx, d.res.Jobs, func() { s.TestSignals.Analyzed.Signal(struct{}{}) })
 			}
 		case <-s.wake:
 			timer.Stop()

@@ -10,6 +10,10 @@ import (
 
 const (
 	sqlActivePoolNames = `SELECT name FROM riverbus_pool WHERE status = 'active' ORDER BY name`
+
+	// river_job's statistics (jobAnalyzer), and its rows according to them.
+	sqlAnalyzeJobs = `ANALYZE river_job`
+	sqlJobRows     = `SELECT coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass('river_job')), 0)::float8`
 )
 
 // Fan-out.
