@@ -118,6 +118,7 @@ var scenarios = []scenario{
 	{"fanout-1pool", func(ctx context.Context, e *env) ([]Result, error) { return runFanout(ctx, e, "fanout-1pool", 1) }},
 	{"fanout-4pools", func(ctx context.Context, e *env) ([]Result, error) { return runFanout(ctx, e, "fanout-4pools", 4) }},
 	{"drain", runDrain},
+	{"drain-args", runDrainArgs},
 	{"latency-200", func(ctx context.Context, e *env) ([]Result, error) { return runLatency(ctx, e, "latency-200", 200) }},
 	{"latency-1000", func(ctx context.Context, e *env) ([]Result, error) { return runLatency(ctx, e, "latency-1000", 1000) }},
 	{"rollback-gap", runRollbackGap},

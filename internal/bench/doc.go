@@ -10,6 +10,9 @@
 //   - drain: a River client with riverbus worker settings (workers.Config defaults) working the
 //     jobs the fan-out created against the same number of raw jobs.
 //     Target: riverbus/raw ≥ 0.9.
+//   - drain-args: raw River draining jobs whose args are an event
+//     envelope against raw River draining jobs with args of a few bytes
+//     (River at its best): what the envelope in args costs River itself.
 //   - latency-200, latency-1000: append commit → handler start with
 //     the fan-out running, against River's Insert commit → Work start.
 //     Target at 200/s: p50 ≤ 5 ms, p99 ≤ 25 ms.

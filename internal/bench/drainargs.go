@@ -1,0 +1,68 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverbus/riverbus/bustype"
+)
+
+// smallArgs are no-op job args of a few bytes, decoded by the same worker
+// as benchArgs (the missing envelope fields stay zero).
+type smallArgs struct{}
+
+func (smallArgs) Kind() string { return benchKind }
+
+// runDrainArgs asks whether the drain scenario measures River at its best:
+// raw River draining jobs that carry an event envelope (as the drain
+// scenario's raw side and every riverbus job do), against raw River
+// draining the same number of jobs with args of a few bytes, same client
+// settings. Every state change of a job writes a new row version, and the
+// GIN index River keeps on args (and metadata) gets new entries for each,
+// so the args' size is part of what a drain costs.
+func runDrainArgs(ctx context.Context, e *env) ([]Result, error) {
+	n := e.scaled(drainJobs, 50)
+	side := func(small bool) func(ctx context.Context) (float64, error) {
+		return func(ctx context.Context) (float64, error) {
+			d, err := e.newDatabase(ctx, schemaRiver)
+			if err != nil {
+				return 0, err
+			}
+			defer d.drop()
+			db, err := d.connect(ctx, workerConns)
+			if err != nil {
+				return 0, err
+			}
+			defer db.Close()
+			client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
+			if err != nil {
+				return 0, err
+			}
+			batches := rawBatches(rawEvents(n), poolNames(1))
+			if small {
+				opts := &river.InsertOpts{Queue: bustype.DefaultQueue(benchKind), MaxAttempts: bustype.MaxAttemptsDefault, Priority: bustype.PriorityDefault}
+				for _, batch := range batches {
+					for i := range batch {
+						batch[i] = river.InsertManyParams{Args: smallArgs{}, InsertOpts: opts}
+					}
+				}
+			}
+			if err := insertRaw(ctx, client, db, batches, 1); err != nil {
+				return 0, err
+			}
+			if err := d.settle(ctx, db); err != nil {
+				return 0, err
+			}
+			return drain(ctx, e, db, n)
+		}
+	}
+	envelope, small, err := measurePair(ctx, e, "drain-args", side(false), side(true))
+	if err != nil {
+		return nil, err
+	}
+	note := fmt.Sprintf("here RIVERBUS is raw River draining %d jobs whose args are an event envelope (≈ 297 B, as riverbus's jobs and the drain scenario's raw side) and RAW RIVER the same with args of a few bytes (River at its best); same worker settings as drain", n)
+	return []Result{paired("drain-args", "throughput", "jobs/s", envelope, small, nil, note)}, nil
+}
