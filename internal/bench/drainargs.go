@@ -26,38 +26,7 @@ func (smallArgs) Kind() string { return benchKind }
 func runDrainArgs(ctx context.Context, e *env) ([]Result, error) {
 	n := e.scaled(drainJobs, 50)
 	side := func(small bool) func(ctx context.Context) (float64, error) {
-		return func(ctx context.Context) (float64, error) {
-			d, err := e.newDatabase(ctx, schemaRiver)
-			if err != nil {
-				return 0, err
-			}
-			defer d.drop()
-			db, err := d.connect(ctx, workerConns)
-			if err != nil {
-				return 0, err
-			}
-			defer db.Close()
-			client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
-			if err != nil {
-				return 0, err
-			}
-			batches := rawBatches(rawEvents(n), poolNames(1))
-			if small {
-				opts := &river.InsertOpts{Queue: bustype.DefaultQueue(benchKind), MaxAttempts: bustype.MaxAttemptsDefault, Priority: bustype.PriorityDefault}
-				for _, batch := range batches {
-					for i := range batch {
-						batch[i] = river.InsertManyParams{Args: smallArgs{}, InsertOpts: opts}
-					}
-				}
-			}
-			if err := insertRaw(ctx, client, db, batches, 1); err != nil {
-				return 0, err
-			}
-			if err := d.settle(ctx, db); err != nil {
-				return 0, err
-			}
-			return drain(ctx, e, db, n)
-		}
+		return func(ctx context.Context) (float64, error) { return rawDrain(ctx, e, n, small) }
 	}
 	envelope, small, err := measurePair(ctx, e, "drain-args", side(false), side(true))
 	if err != nil {
@@ -65,4 +34,40 @@ func runDrainArgs(ctx context.Context, e *env) ([]Result, error) {
 	}
 	note := fmt.Sprintf("here RIVERBUS is raw River draining %d jobs whose args are an event envelope (≈ 297 B, as riverbus's jobs and the drain scenario's raw side) and RAW RIVER the same with args of a few bytes (River at its best); same worker settings as drain", n)
 	return []Result{paired("drain-args", "throughput", "jobs/s", envelope, small, nil, note)}, nil
+}
+
+// rawDrain inserts n jobs with raw River into a fresh database, event
+// envelopes as args or, with small, args of a few bytes, and returns how
+// fast a River client with riverbus's worker settings completes them.
+func rawDrain(ctx context.Context, e *env, n int, small bool) (float64, error) {
+	d, err := e.newDatabase(ctx, schemaRiver)
+	if err != nil {
+		return 0, err
+	}
+	defer d.drop()
+	db, err := d.connect(ctx, workerConns)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
+	if err != nil {
+		return 0, err
+	}
+	batches := rawBatches(rawEvents(n), poolNames(1))
+	if small {
+		opts := &river.InsertOpts{Queue: bustype.DefaultQueue(benchKind), MaxAttempts: bustype.MaxAttemptsDefault, Priority: bustype.PriorityDefault}
+		for _, batch := range batches {
+			for i := range batch {
+				batch[i] = river.InsertManyParams{Args: smallArgs{}, InsertOpts: opts}
+			}
+		}
+	}
+	if err := insertRaw(ctx, client, db, batches, 1); err != nil {
+		return 0, err
+	}
+	if err := d.settle(ctx, db); err != nil {
+		return 0, err
+	}
+	return drain(ctx, e, db, n)
 }

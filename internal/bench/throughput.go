@@ -198,29 +198,7 @@ func runDrain(ctx context.Context, e *env) ([]Result, error) {
 		_, rate, err := fanOutAndDrain(ctx, e, n, 0)
 		return rate, err
 	}
-	raw := func(ctx context.Context) (float64, error) {
-		d, err := e.newDatabase(ctx, schemaRiver)
-		if err != nil {
-			return 0, err
-		}
-		defer d.drop()
-		db, err := d.connect(ctx, workerConns)
-		if err != nil {
-			return 0, err
-		}
-		defer db.Close()
-		client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
-		if err != nil {
-			return 0, err
-		}
-		if err := insertRaw(ctx, client, db, rawBatches(rawEvents(n), poolNames(1)), 1); err != nil {
-			return 0, err
-		}
-		if err := d.settle(ctx, db); err != nil {
-			return 0, err
-		}
-		return drain(ctx, e, db, n)
-	}
+	raw := func(ctx context.Context) (float64, error) { return rawDrain(ctx, e, n, false) }
 	rbs, raws, err := measurePair(ctx, e, "drain", rb, raw)
 	if err != nil {
 		return nil, err
