@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -261,15 +262,7 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	s := fanouttest.InitSignals(t, f)
 	runFanout(t, f)
 
-	txA, n := openWriter(t, b.db)
-	after := appendEvent(t, b.db, "after")
-	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r hz.RoundResult) bool { return r.Holding })
-	clock.Advance(time.Hour)
-	testwait.Eventually(t, 10*time.Second, func() bool {
-		ca, _ := jobs(t, b.db, "pa")
-		cb, _ := jobs(t, b.db, "pb")
-		return ca[after] == 1 && cb[after] == 1
-	}, "gap skipped and later event delivered")
+	txA, n, after := skipHeldGap(t, b, s, clock, "pa", "pb")
 	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped)
 
 	require.NoError(t, txA.Commit(ctx))
@@ -304,6 +297,27 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	require.Equal(t, int64(1), f.Stats().LateDelivered["pa"])
 }
 
+// skipHeldGap opens a writer that holds sequence n, appends after above
+// it, waits for the running fan-out to record the gap, moves the test clock
+// past the gap timeout and waits until every pool has after's job. The
+// writer is left open: its commit makes n a late event.
+func skipHeldGap(t *testing.T, b *testBundle, s *engine.Services, clock *hz.Clock, pools ...string) (txA pgx.Tx, n, after int64) {
+	t.Helper()
+	txA, n = openWriter(t, b.db)
+	after = appendEvent(t, b.db, "after")
+	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r hz.RoundResult) bool { return r.Holding })
+	clock.Advance(time.Hour)
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		for _, pool := range pools {
+			if c, _ := jobs(t, b.db, pool); c[after] != 1 {
+				return false
+			}
+		}
+		return true
+	}, "gap skipped and later event delivered")
+	return txA, n, after
+}
+
 // A pool reset forward past a skipped sequence does not get it when it
 // commits late: it is before the pool's start point. A pool that was not
 // reset does. The late record is retired all the same.
@@ -318,15 +332,7 @@ func TestLateEventBeforeResetPointNotDelivered(t *testing.T) {
 	s := fanouttest.InitSignals(t, f)
 	runFanout(t, f)
 
-	txA, n := openWriter(t, b.db)
-	after := appendEvent(t, b.db, "after")
-	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r hz.RoundResult) bool { return r.Holding })
-	clock.Advance(time.Hour)
-	testwait.Eventually(t, 10*time.Second, func() bool {
-		ck, _ := jobs(t, b.db, "kept")
-		cm, _ := jobs(t, b.db, "moved")
-		return ck[after] == 1 && cm[after] == 1
-	}, "gap skipped and later event delivered")
+	txA, n, after := skipHeldGap(t, b, s, clock, "kept", "moved")
 	_, err := pools.Reset(ctx, b.db, "moved", after)
 	require.NoError(t, err)
 	require.NoError(t, txA.Commit(ctx))
