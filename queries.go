@@ -4,7 +4,12 @@ package riverbus
 // one REPEATABLE READ transaction.
 
 const (
-	sqlStatusLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
+	// The last sequence handed out, the highest one committed (an index
+	// probe of the primary key, whatever the table's size) and the
+	// database's clock.
+	sqlStatusSequences = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END,
+	coalesce((SELECT max(global_sequence) FROM riverbus_event), 0), now()
+FROM riverbus_event_global_sequence`
 
 	// Only the kinds that are pools: river_job may hold other jobs.
 	sqlStatusJobs = `SELECT kind, state::text, count(*) FROM river_job

@@ -32,6 +32,18 @@ type Status struct {
 	// LastSequence is the last global sequence handed out (0 before the
 	// first event). Above the horizon are events in flight and gaps.
 	LastSequence int64 `json:"last_sequence"`
+	// LastCommitted is the highest global sequence of a committed event
+	// (0 when there is none). Above the horizon it is an event no pool
+	// can read yet: the horizon waits for a gap below it, or no fan-out
+	// is running.
+	LastCommitted int64 `json:"last_committed"`
+	// HorizonUpdatedAt is when the horizon row last changed: the horizon
+	// moved, or a round recorded, proved or skipped a gap.
+	// HorizonAgeSeconds is how long ago that was by the database's clock;
+	// it grows while nothing is appended as well as when the horizon is
+	// stuck (then LastCommitted is above Horizon).
+	HorizonUpdatedAt  time.Time `json:"horizon_updated_at"`
+	HorizonAgeSeconds float64   `json:"horizon_age_seconds"`
 	// OpenGaps counts the runs of missing sequences just above the horizon.
 	OpenGaps int64 `json:"open_gaps"`
 	// WatchedSkipped counts the sequences the horizon skipped on the gap
@@ -178,13 +190,16 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		return nil, err
 	}
 	st := &Status{At: time.Now(), Horizon: h.Horizon, OpenGaps: h.OpenGaps, WatchedSkipped: h.Watching,
-		GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped, LateEvents: h.LateEvents, Problems: h.Problems}
+		GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped, LateEvents: h.LateEvents, Problems: h.Problems,
+		HorizonUpdatedAt: h.UpdatedAt}
 	if st.Problems == nil {
 		st.Problems = []bustype.HorizonProblem{}
 	}
-	if err := tx.QueryRow(ctx, sqlStatusLastSequence).Scan(&st.LastSequence); err != nil {
+	var dbNow time.Time
+	if err := tx.QueryRow(ctx, sqlStatusSequences).Scan(&st.LastSequence, &st.LastCommitted, &dbNow); err != nil {
 		return nil, fmt.Errorf("last sequence: %w", err)
 	}
+	st.HorizonAgeSeconds = max(0, dbNow.Sub(h.UpdatedAt).Seconds())
 	all, err := pools.List(ctx, tx)
 	if err != nil {
 		return nil, err

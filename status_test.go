@@ -71,6 +71,9 @@ func TestClientStatus(t *testing.T) {
 
 	require.Equal(t, int64(3), st.Horizon)
 	require.Equal(t, int64(3), st.LastSequence)
+	require.Equal(t, int64(3), st.LastCommitted)
+	require.False(t, st.HorizonUpdatedAt.IsZero())
+	require.GreaterOrEqual(t, st.HorizonAgeSeconds, 0.0)
 	require.Zero(t, st.OpenGaps)
 	require.Empty(t, st.Problems)
 	require.Len(t, st.Pools, 3)

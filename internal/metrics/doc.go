@@ -29,6 +29,9 @@
 //	riverbus_up                      1 when the last scrape read the database
 //	riverbus_scrape_duration_seconds how long the scrape's queries took
 //	riverbus_horizon                 every sequence <= horizon is visible or will never commit
+//	riverbus_horizon_age_seconds     since the horizon row last changed (database clock)
+//	riverbus_last_sequence           last sequence handed out (committed, in flight or rolled back)
+//	riverbus_last_committed_sequence highest sequence of a committed event (> horizon: events wait)
 //	riverbus_open_gaps               open gap runs just above the horizon
 //	riverbus_watched_skipped         sequences in skipped ranges watched for a late commit
 //	riverbus_gaps_proven_dead_total  sequences proven rolled back

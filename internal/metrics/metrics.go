@@ -34,6 +34,9 @@ var (
 	descStateReads     = newDesc("state_reads_total", "Reads of riverbus's state from the database; scrapes closer together than the collector's max age share one.")
 
 	descHorizon        = newDesc("horizon", "Global horizon: every sequence at or below it is visible or will never commit.")
+	descHorizonAge     = newDesc("horizon_age_seconds", "Seconds since the horizon row last changed (the horizon moved, or a gap was recorded, proven or skipped), by the database's clock; it also grows while nothing is appended.")
+	descLastSequence   = newDesc("last_sequence", "Last global sequence handed out (0 before the first event); committed, in flight or rolled back.")
+	descLastCommitted  = newDesc("last_committed_sequence", "Highest global sequence of a committed event; above riverbus_horizon, committed events wait for the horizon.")
 	descOpenGaps       = newDesc("open_gaps", "Open gaps: runs of missing sequences just above the horizon.")
 	descWatchedSkipped = newDesc("watched_skipped", "Sequences in the ranges the horizon skipped by the gap timeout that are watched for a late commit.")
 	descGapsProvenDead = newDesc("gaps_proven_dead_total", "Missing sequences proven rolled back.")
@@ -55,7 +58,7 @@ var (
 
 	allDescs = []*prometheus.Desc{
 		descUp, descScrapeDuration, descStateReads,
-		descHorizon, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents, descHorizonProblem,
+		descHorizon, descHorizonAge, descLastSequence, descLastCommitted, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents, descHorizonProblem,
 		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolUndeliv, descPoolPaused,
 		descPoolHeld, descPoolHolderTry,
 	}
@@ -144,6 +147,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descUp, prometheus.GaugeValue, 1)
 
 	emit(ch, descHorizon, prometheus.GaugeValue, float64(s.Horizon))
+	emit(ch, descHorizonAge, prometheus.GaugeValue, s.HorizonAgeSeconds)
+	emit(ch, descLastSequence, prometheus.GaugeValue, float64(s.LastSequence))
+	emit(ch, descLastCommitted, prometheus.GaugeValue, float64(s.LastCommitted))
 	emit(ch, descOpenGaps, prometheus.GaugeValue, float64(s.OpenGaps))
 	emit(ch, descWatchedSkipped, prometheus.GaugeValue, float64(s.WatchedSkipped))
 	emit(ch, descGapsProvenDead, prometheus.CounterValue, float64(s.GapsProvenDead))

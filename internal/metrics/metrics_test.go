@@ -134,13 +134,15 @@ func TestCollector(t *testing.T) {
 	s := scrape(t, url)
 
 	for series, want := range map[string]string{
-		`riverbus_up`:                     "1",
-		`riverbus_horizon`:                "3",
-		`riverbus_open_gaps`:              "0",
-		`riverbus_watched_skipped`:        "0",
-		`riverbus_gaps_proven_dead_total`: "0",
-		`riverbus_gaps_skipped_total`:     "0",
-		`riverbus_late_events_total`:      "0",
+		`riverbus_up`:                      "1",
+		`riverbus_horizon`:                 "3",
+		`riverbus_last_sequence`:           "3",
+		`riverbus_last_committed_sequence`: "3",
+		`riverbus_open_gaps`:               "0",
+		`riverbus_watched_skipped`:         "0",
+		`riverbus_gaps_proven_dead_total`:  "0",
+		`riverbus_gaps_skipped_total`:      "0",
+		`riverbus_late_events_total`:       "0",
 
 		`riverbus_pool_cursor{pool="pa"}`:                      "3",
 		`riverbus_pool_checkpoint{pool="pa"}`:                  "0",
@@ -188,21 +190,32 @@ WHERE id = (SELECT max(id) FROM river_job WHERE kind = 'pa')`)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), cp)
 	_, err = bundle.db.Exec(ctx, `
-UPDATE riverbus_horizon SET gaps_proven_dead = 4, gaps_skipped = 2, late_events = 1;
+UPDATE riverbus_horizon SET gaps_proven_dead = 4, gaps_skipped = 2, late_events = 1, updated_at = now() - interval '1 hour';
 INSERT INTO riverbus_gap (first_sequence, last_sequence, xid_bound) VALUES (5, 6, '1');
 INSERT INTO riverbus_skipped (first_sequence, last_sequence, xid_bound) VALUES (7, 7, '1');
 INSERT INTO riverbus_late (sequence) VALUES (8)`)
 	require.NoError(t, err)
+	// An append that rolls back hands out a sequence no event commits.
+	tx, err := bundle.db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
 
 	s = scrape(t, url)
+	age, err := strconv.ParseFloat(s[`riverbus_horizon_age_seconds`], 64)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, age, 3600.0, "the horizon row changed an hour ago")
 	for series, want := range map[string]string{
-		`riverbus_up`:                     "1",
-		`riverbus_horizon`:                "3",
-		`riverbus_open_gaps`:              "1",
-		`riverbus_watched_skipped`:        "1",
-		`riverbus_gaps_proven_dead_total`: "4",
-		`riverbus_gaps_skipped_total`:     "2",
-		`riverbus_late_events_total`:      "1",
+		`riverbus_up`:                      "1",
+		`riverbus_horizon`:                 "3",
+		`riverbus_last_sequence`:           "4",
+		`riverbus_last_committed_sequence`: "3",
+		`riverbus_open_gaps`:               "1",
+		`riverbus_watched_skipped`:         "1",
+		`riverbus_gaps_proven_dead_total`:  "4",
+		`riverbus_gaps_skipped_total`:      "2",
+		`riverbus_late_events_total`:       "1",
 
 		`riverbus_horizon_problem{blocks="true",problem="sequence_cache"}`:          "0",
 		`riverbus_horizon_problem{blocks="false",problem="notify_trigger_missing"}`: "0",
