@@ -480,3 +480,23 @@ func TestAlertRulesTested(t *testing.T) {
 	}
 	require.Positive(t, n)
 }
+
+// The README's table of alerts lists every alert of the rules, in their
+// order, with its severity.
+func TestREADMEAlertTable(t *testing.T) {
+	t.Parallel()
+	var want []string
+	for _, g := range readRules(t, readFile(t, rulesFile)).Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				want = append(want, r.Alert+" "+r.Labels["severity"])
+			}
+		}
+	}
+	row := regexp.MustCompile("(?m)^\\| `(Riverbus\\w+)` \\| (\\w+) \\|")
+	var got []string
+	for _, m := range row.FindAllStringSubmatch(string(readFile(t, "../README.md")), -1) {
+		got = append(got, m[1]+" "+m[2])
+	}
+	require.Equal(t, want, got, "README.md's alert table (Dashboards and alerts)")
+}
