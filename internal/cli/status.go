@@ -116,8 +116,13 @@ func oneLine(r *riverbus.Status) string {
 // refresh (status --watch), or nil: a pool's progress bar needs it to tell
 // catching up from falling behind.
 func render(w io.Writer, r, prev *riverbus.Status) error {
-	fmt.Fprintf(w, "horizon %d (last sequence handed out %d)  open gaps %d  skipped and watched %d\n",
-		r.Horizon, r.LastSequence, r.OpenGaps, r.WatchedSkipped)
+	fmt.Fprintf(w, "horizon %d (last sequence handed out %d, last committed %d)  open gaps %d  skipped and watched %d\n",
+		r.Horizon, r.LastSequence, r.LastCommitted, r.OpenGaps, r.WatchedSkipped)
+	if stalled := time.Duration(r.HorizonAgeSeconds * float64(time.Second)); r.LastCommitted > r.Horizon && stalled >= riverbus.StatusStuckAfter {
+		fmt.Fprintf(w, "HORIZON STALLED: committed events up to %d wait above the horizon, which has not changed for %s: "+
+			"is a fan-out running (riverbus fanout or riverbus run)? Else an open gap or a problem below holds it.\n",
+			r.LastCommitted, stalled.Round(time.Second))
+	}
 	fmt.Fprintf(w, "since the start: gaps proven rolled back %d, skipped by timeout %d, late events %d\n\n",
 		r.GapsProvenDead, r.GapsSkipped, r.LateEvents)
 	for _, p := range r.Problems {

@@ -27,6 +27,30 @@ func TestProgressBar(t *testing.T) {
 	require.NotEmpty(t, progress(r, &riverbus.StatusPool{Checkpoint: 10, Lag: 9990}, nil))
 }
 
+// A horizon that stands still below committed events says so, and what to
+// look at; one that is only idle (nothing committed above it), or that
+// changed less than StatusStuckAfter ago, does not.
+func TestRenderHorizonStalled(t *testing.T) {
+	for _, tc := range []struct {
+		committed int64
+		age       float64
+		stalled   bool
+	}{
+		{committed: 150, age: 125, stalled: true},
+		{committed: 100, age: 3600},                                    // idle
+		{committed: 150, age: riverbus.StatusStuckAfter.Seconds() - 1}, // a gap held for less
+	} {
+		var out bytes.Buffer
+		require.NoError(t, render(&out, &riverbus.Status{Horizon: 100, LastSequence: 151, LastCommitted: tc.committed, HorizonAgeSeconds: tc.age}, nil))
+		require.Contains(t, out.String(), "horizon 100 (last sequence handed out 151, last committed "+strconv.FormatInt(tc.committed, 10)+")")
+		if tc.stalled {
+			require.Contains(t, out.String(), "HORIZON STALLED: committed events up to 150 wait above the horizon, which has not changed for 2m5s: is a fan-out running (riverbus fanout or riverbus run)?")
+		} else {
+			require.NotContains(t, out.String(), "STALLED", tc)
+		}
+	}
+}
+
 // Refresh after refresh (status --watch), a pool's bar never goes
 // backwards: while its lag grows it says "falling behind" instead, and
 // while a job holds its checkpoint it names the job. (The bar used to be
