@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 )
@@ -31,7 +28,7 @@ type backlogResult struct {
 // runBacklog: a fan-out process (fanoutproc) catching up on a backlog for one
 // pool; its catch-up time and peak RSS, at two backlog sizes.
 func runBacklog(ctx context.Context, e *env) ([]Result, error) {
-	bin, err := e.buildFanoutProc(ctx)
+	bin, err := e.childBin(ctx, "fanoutproc")
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -114,51 +111,6 @@ func backlogRun(ctx context.Context, e *env, bin string, n int) (backlogResult, 
 		return backlogResult{}, err
 	}
 	return r, nil
-}
-
-// buildFanoutProc builds internal/bench/fanoutproc into the temporary
-// directory, once.
-func (e *env) buildFanoutProc(ctx context.Context) (string, error) {
-	if e.fanoutProc != "" {
-		return e.fanoutProc, nil
-	}
-	dir, err := fanoutProcDir()
-	if err != nil {
-		return "", err
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(e.tmpDir, "fanoutproc")
-	e.log.Info("bench: building fanoutproc", "dir", dir)
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w: %s", err, strings.TrimSpace(string(out)))
-	}
-	e.fanoutProc = bin
-	return bin, nil
-}
-
-// fanoutProcDir finds the source of fanoutproc: next to this file when the
-// binary was built from a checkout, else wherever `go list` finds it.
-func fanoutProcDir() (string, error) {
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		dir := filepath.Join(filepath.Dir(file), "fanoutproc")
-		if _, err := os.Stat(filepath.Join(dir, "main.go")); err == nil {
-			return dir, nil
-		}
-	}
-	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "github.com/riverbus/riverbus/internal/bench/fanoutproc").Output()
-	if err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			return "", fmt.Errorf("source not found (run from a riverbus checkout): %s", strings.TrimSpace(string(exitErr.Stderr)))
-		}
-		return "", fmt.Errorf("source not found (run from a riverbus checkout): %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
 }
 
 func lastLine(s string) string {

@@ -126,6 +126,7 @@ var scenarios = []scenario{
 	{"ordered-vs-unordered", runOrdered},
 	{"big-transaction", runBigTx},
 	{"live-during-rebuild", runLiveDuringRebuild},
+	{"scale-out", runScaleOut},
 }
 
 // ScenarioNames returns the names Opts.Scenarios accepts, in the order Run

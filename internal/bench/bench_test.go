@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,20 @@ func TestRunSmoke(t *testing.T) {
 			}
 		}
 	}
+
+	// scale-out: a row per process count, each count above one beside the
+	// one-process figure of the same run.
+	var scaleOut []string
+	for _, r := range rep.Results {
+		if r.Scenario == "scale-out" {
+			scaleOut = append(scaleOut, r.Metric)
+			require.Equal(t, strings.Contains(r.Metric, "processes"), r.Baseline != nil, r.Metric)
+		}
+	}
+	require.Equal(t, []string{
+		"fan-out, 1 process", "fan-out, 2 processes", "fan-out, 4 processes",
+		"workers, 1 process", "workers, 4 processes", "workers, 8 processes",
+	}, scaleOut)
 
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)

@@ -35,6 +35,14 @@
 //     start, worked by a River client) while another pool, created from the
 //     beginning, rebuilds a 200k-event backlog; here the baseline column is
 //     the same live pool with no rebuild. Target: p99 ≤ 250 ms.
+//   - scale-out: against one database, 1, 2 and 4 fan-out processes
+//     (internal/bench/fanoutproc) catching up together on a backlog for 8
+//     pools, then 1, 4 and 8 worker processes (internal/bench/workerproc, a
+//     River client with riverbus worker settings each) draining one pool's
+//     jobs; jobs/s for each count, the baseline column being the 1-process
+//     figure of the same run, and the busiest process's share of the jobs.
+//     The processes are children built like backlog's. No target: on a
+//     machine with few cores they share the CPUs with PostgreSQL.
 //
 // # Method
 //

@@ -45,8 +45,8 @@ type env struct {
 	serverDesc string
 	pgVersion  string
 
-	fanoutProc string // built on first use by the backlog scenario
-	tmpDir     string
+	childDir string // the child commands, built on first use (childBin)
+	tmpDir   string
 }
 
 func newEnv(ctx context.Context, o Opts) (_ *env, err error) {

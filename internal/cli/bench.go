@@ -53,6 +53,6 @@ same run, and writes the same as JSON. Scenarios: ` + strings.Join(bench.Scenari
 	f.Float64Var(&opts.Scale, "scale", 0, "size multiplier: 1 is the full benchmark (default 1)")
 	f.StringVar(&scenarios, "scenario", "", "comma-separated scenarios to run (default: all)")
 	f.StringVar(&opts.JSONPath, "json", "", "where to write the JSON report (default bench/results.json)")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (fan-out, workers and load run in it, except the backlog scenario's fan-out child) for go tool pprof")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (fan-out, workers and load run in it, except the child processes of the backlog and scale-out scenarios) for go tool pprof")
 	return cmd
 }

@@ -1,8 +1,14 @@
-// Command fanoutproc is the fan-out process of the backlog benchmark
-// (internal/bench): it runs the fan-out services with the default fanout.Config against
-// DATABASE_URL until every pool's cursor reaches -target, then prints one
-// JSON line with the catch-up time and its own peak RSS (VmHWM), and exits.
-// It runs as a child process so that its memory is its own.
+// Command fanoutproc is the fan-out process of the backlog and scale-out
+// benchmarks (internal/bench): it runs the fan-out services with the default
+// fanout.Config against DATABASE_URL until every pool's cursor reaches
+// -target, whichever process moved it, then prints one JSON line with the
+// catch-up time, its own peak RSS (VmHWM) and the jobs it inserted, and
+// exits. It runs as a child process so that its memory is its own, and so
+// that several of them share the pools as fan-out processes on several
+// hosts would.
+//
+// With -ready it prints "ready" once connected and starts catching up when a
+// line arrives on stdin, so that a parent can start several at once.
 package main
 
 import (
@@ -31,19 +37,25 @@ type Result struct {
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	PeakRSSBytes   int64   `json:"peak_rss_bytes"`
 	Jobs           int64   `json:"jobs"`
+	// DoneSeconds is the time from the start to the last batch of this
+	// process that brought a pool's cursor to the target: with several
+	// processes, the latest of theirs is when the last pool caught up,
+	// which the others learn only by polling. 0: none of its batches did.
+	DoneSeconds float64 `json:"done_seconds"`
 }
 
 func main() {
 	target := flag.Int64("target", 0, "stop when every pool's cursor is at least this sequence")
 	timeout := flag.Duration("timeout", 15*time.Minute, "give up after this long")
+	ready := flag.Bool("ready", false, `print "ready" once connected and start when a line arrives on stdin`)
 	flag.Parse()
-	if err := run(*target, *timeout); err != nil {
+	if err := run(*target, *timeout, *ready); err != nil {
 		fmt.Fprintln(os.Stderr, "fanoutproc:", err)
 		os.Exit(1)
 	}
 }
 
-func run(target int64, timeout time.Duration) error {
+func run(target int64, timeout time.Duration, ready bool) error {
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
 		return errors.New("DATABASE_URL is not set")
@@ -92,12 +104,29 @@ func run(target int64, timeout time.Duration) error {
 		close(done)
 	}
 
+	var (
+		start       time.Time
+		doneSeconds float64 // guarded by mu
+	)
+	onBatch := func(b fanout.BatchResult) {
+		if b.Cursor >= target {
+			mu.Lock()
+			doneSeconds = max(doneSeconds, time.Since(start).Seconds())
+			mu.Unlock()
+		}
+		reached(b.Pool, b.Cursor)
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	start := time.Now()
-	f, err := engine.New(db, &fanout.Config{Logger: logger, OnBatch: func(b fanout.BatchResult) { reached(b.Pool, b.Cursor) }})
+	f, err := engine.New(db, &fanout.Config{Logger: logger, OnBatch: onBatch})
 	if err != nil {
 		return err
 	}
+	if ready {
+		if err := awaitGo(); err != nil {
+			return err
+		}
+	}
+	start = time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	stopped := make(chan struct{})
 	go func() {
@@ -138,7 +167,18 @@ wait:
 	if err != nil {
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(Result{ElapsedSeconds: elapsed.Seconds(), PeakRSSBytes: hwm, Jobs: jobs})
+	mu.Lock()
+	defer mu.Unlock()
+	return json.NewEncoder(os.Stdout).Encode(Result{ElapsedSeconds: elapsed.Seconds(), PeakRSSBytes: hwm, Jobs: jobs, DoneSeconds: doneSeconds})
+}
+
+// awaitGo prints "ready" and waits for a line on stdin.
+func awaitGo() error {
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the start line on stdin: %w", err)
+	}
+	return nil
 }
 
 // peakRSS reads this process's peak resident set size (VmHWM).

@@ -1,0 +1,145 @@
+// Command workerproc is a worker process of the scale-out benchmark
+// (internal/bench): a River client with riverbus's worker settings
+// (internal/riverclient, as a riverbus.Client with workers uses) and a no-op
+// worker for one pool's jobs, against DATABASE_URL. It prints "ready" once
+// the client is built and connected, starts the client when a line arrives
+// on stdin, works jobs until stdin closes, stops the client, and prints one
+// JSON line with the jobs it completed and when it completed its last one.
+// Several run at once as worker processes on several hosts would, sharing
+// the pool's queue.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/workers"
+)
+
+// Result is what workerproc prints.
+type Result struct {
+	// Jobs is how many jobs this process completed.
+	Jobs int64 `json:"jobs"`
+	// DoneSeconds is the time from the start to this process's last
+	// completed job (River reports a completion once it is stored).
+	DoneSeconds float64 `json:"done_seconds"`
+}
+
+// pool is the pool whose jobs this process works (-pool); its name is the
+// jobs' kind.
+var pool = "bench"
+
+type args struct{ workers.Args }
+
+func (args) Kind() string { return pool }
+
+func main() {
+	flag.StringVar(&pool, "pool", pool, "the pool whose jobs to work (job kind; its default queue)")
+	maxWorkers := flag.Int("max-workers", 100, "River's MaxWorkers for the pool's queue")
+	conns := flag.Int("conns", 10, "connection pool size (as `riverbus work`)")
+	timeout := flag.Duration("timeout", 15*time.Minute, "give up after this long")
+	flag.Parse()
+	if err := run(*maxWorkers, int32(*conns), *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "workerproc:", err)
+		os.Exit(1)
+	}
+}
+
+func run(maxWorkers int, conns int32, timeout time.Duration) error {
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		return errors.New("DATABASE_URL is not set")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = conns
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.Ping(ctx); err != nil {
+		return err
+	}
+
+	ws := river.NewWorkers()
+	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[args]) error { return nil }))
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rcfg, err := riverclient.Config(riverclient.Opts{
+		Queues: map[string]int{bustype.DefaultQueue(pool): maxWorkers}, Workers: ws, Config: workers.Config{Logger: logger},
+	})
+	if err != nil {
+		return err
+	}
+	client, err := river.NewClient(riverpgxv5.New(db), rcfg)
+	if err != nil {
+		return err
+	}
+	// River closes the channel when the client stops, after the last
+	// completion stored.
+	completed, _ := client.SubscribeConfig(&river.SubscribeConfig{
+		Kinds:    []river.EventKind{river.EventKindJobCompleted},
+		ChanSize: 100_000,
+	})
+
+	stdin := bufio.NewReader(os.Stdin)
+	fmt.Println("ready")
+	if _, err := stdin.ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the start line on stdin: %w", err)
+	}
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	// stdin closing is the signal to stop.
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stdin)
+		close(stop)
+	}()
+	var r Result
+	count := func(ev *river.Event) {
+		if ev != nil && ev.Kind == river.EventKindJobCompleted {
+			r.Jobs++
+			r.DoneSeconds = time.Since(start).Seconds()
+		}
+	}
+wait:
+	for {
+		select {
+		case ev := <-completed:
+			count(ev)
+		case <-stop:
+			break wait
+		case <-ctx.Done():
+			return fmt.Errorf("not told to stop within %s", timeout)
+		}
+	}
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stopCancel()
+	if err := client.Stop(stopCtx); err != nil {
+		_ = client.StopAndCancel(context.Background())
+	}
+	for ev := range completed {
+		count(ev)
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
