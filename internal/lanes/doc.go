@@ -18,10 +18,11 @@
 //     due retries of lane jobs made available at once (PromoteRetries),
 //     and lanes left with pending jobs and none in flight released
 //     (ReleaseStuck).
-//   - handoff.go: River worker middleware (Handoff) that completes a
-//     succeeded lane job in a transaction of its own, so the database
-//     hands its lane on at once instead of after River's batched
-//     completer. riverclient.Config installs it.
+//   - handoff.go: River worker middleware (Handoff) that completes
+//     succeeded lane jobs at once, grouped into one statement per flush
+//     as group commit groups WAL writes, so the database hands their
+//     lanes on without waiting for River's batched completer.
+//     riverclient.Config installs it.
 //
 // In the database (migrations, by name):
 //

@@ -3,73 +3,155 @@ package lanes
 import (
 	"bytes"
 	"context"
-	"sync/atomic"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Handoff is River worker middleware for ordered pools. When a job of
-// an ordered pool (one whose metadata names a lane) succeeds, it completes
-// the job at once in a transaction of its own, and the database trigger
-// hands the lane to the next job in that same transaction. Without it the
-// hand-off waits for River's batched completer, which records completions
-// about 100 ms later, and a key's events would run at a few per second.
-// River's completer then finds the job completed already and leaves it.
+// Handoff is River worker middleware for ordered pools. When a job of an
+// ordered pool (one whose metadata names a lane) succeeds, Handoff
+// completes it within a commit instead of the hundreds of milliseconds
+// River's batched completer waits for a batch to fill (it flushes every
+// 250 ms below 100 finished jobs), and the database trigger hands the lane
+// to the next job in the same transaction (migration 005). A key's events
+// run one after another, so the time from one job's success to its
+// successor becoming available is what bounds an ordered pool: at a hand-off
+// per 250 ms a key runs four events a second.
 //
-// The extra transaction per job pays off only while a process works a
-// single lane job at a time (a globally ordered pool, one busy key):
-// latency is what matters then. As soon as a second lane job is in flight
-// in this process it leaves completion to River's batched completer, whose
-// one statement per batch releases every finished lane at once (migration
-// 005). In the ordered-vs-unordered bench's drain (200 keys) that limit
-// gave 1.5k jobs/s, against 843 with a limit of 8 and 639 with 32; with no
-// immediate completion at all a single key would wait for River's
-// completer at every hand-off.
+// Completions are grouped, as group commit groups WAL flushes: the first
+// succeeded lane job starts a flush, and every lane job that succeeds
+// while a flush runs joins the next one, so a busy process commits many
+// hand-offs per transaction and an idle one commits each at once, with no
+// timer. The worker returns once its flush has committed (or failed), and
+// only then does River's completer get the job: its statement then finds
+// the job completed already, leaves it, and still emits River's completed
+// event. A worker that returned first would race the completer for the
+// same rows: deadlocks, and completed events River drops when its
+// statement's snapshot still saw the job running. If a flush fails (the
+// database restarting, say), River's completer completes the jobs a little
+// later and the trigger hands their lanes on then: nothing is lost, only
+// the shortcut.
 //
-// riverclient.Config installs it. Jobs of unordered pools pass through untouched.
+// riverclient.Config installs it. Jobs of unordered pools pass through
+// untouched.
 type Handoff struct {
 	river.MiddlewareDefaults
-	inFlight atomic.Int64
+
+	mu       sync.Mutex
+	queue    []handoffJob
+	flushing bool
 }
 
-// handoffBusy is how many lane jobs may be in flight in one process for
-// Handoff to complete one itself; above it, River's batched completer
-// does.
-const handoffBusy = 1
+type handoffJob struct {
+	// ctx is the job's work context without its cancellation: it still
+	// carries the River client and whatever output the worker recorded,
+	// which JobCompleteTx stores as River's completer would.
+	ctx    context.Context
+	client *river.Client[pgx.Tx]
+	job    *rivertype.JobRow
+	// done is closed when the flush holding the job has ended.
+	done chan struct{}
+}
+
+// handoffTimeout bounds one flush's transaction.
+const handoffTimeout = 10 * time.Second
 
 type handoffArgs struct{}
 
 func (handoffArgs) Kind() string { return "" }
 
-// Work runs the job and, for a lane job that succeeded, completes it now.
+// Work runs the job and, for a lane job that succeeded, completes it in
+// the next flush and waits for that flush.
 func (m *Handoff) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 	if !hasLane(job.Metadata) {
 		return doInner(ctx)
 	}
-	busy := m.inFlight.Add(1) > handoffBusy
-	defer m.inFlight.Add(-1)
-	if err := doInner(ctx); err != nil || busy {
+	if err := doInner(ctx); err != nil {
 		return err
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
 		return nil // not under a River client: River completes it as usual
 	}
-	drv := client.Driver()
-	execTx, err := drv.GetExecutor().Begin(ctx)
-	if err != nil {
-		return nil // River's completer completes it a little later
+	done := make(chan struct{})
+	m.mu.Lock()
+	m.queue = append(m.queue, handoffJob{ctx: context.WithoutCancel(ctx), client: client, job: job, done: done})
+	start := !m.flushing
+	m.flushing = true
+	m.mu.Unlock()
+	if start {
+		go m.flush()
 	}
-	tx := drv.UnwrapTx(execTx)
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, &river.Job[handoffArgs]{JobRow: job}); err != nil {
-		return nil
-	}
-	_ = tx.Commit(ctx)
+	<-done // bounded by handoffTimeout
 	return nil
+}
+
+// flush completes queued jobs, a statement per batch, until the queue
+// is empty.
+func (m *Handoff) flush() {
+	for {
+		m.mu.Lock()
+		batch := m.queue
+		m.queue = nil
+		if len(batch) == 0 {
+			m.flushing = false
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		// A process has one River client, so one transaction; group by
+		// client all the same.
+		for len(batch) > 0 {
+			client := batch[0].client
+			var same, rest []handoffJob
+			for _, j := range batch {
+				if j.client == client {
+					same = append(same, j)
+				} else {
+					rest = append(rest, j)
+				}
+			}
+			complete(same)
+			for _, j := range same {
+				close(j.done)
+			}
+			batch = rest
+		}
+	}
+}
+
+// complete completes jobs of one client in one statement, River's own
+// (the statement its completer runs), so the lane trigger hands every
+// lane on at once: one statement per job repeats the trigger's work each
+// time, and was slower than waiting for River's completer. When it fails,
+// River's completer completes them. Output a worker recorded is not
+// passed: River's completer merges it into the completed job's metadata
+// when it gets the job (its statement merges metadata whatever the state).
+func complete(jobs []handoffJob) {
+	ctx, cancel := context.WithTimeout(jobs[0].ctx, handoffTimeout)
+	defer cancel()
+	client := jobs[0].client
+	now := time.Now().UTC()
+	p := &riverdriver.JobSetStateIfRunningManyParams{
+		ID:              make([]int64, len(jobs)),
+		Attempt:         make([]*int, len(jobs)),
+		ErrData:         make([][]byte, len(jobs)),
+		FinalizedAt:     make([]*time.Time, len(jobs)),
+		MetadataDoMerge: make([]bool, len(jobs)),
+		MetadataUpdates: make([][]byte, len(jobs)),
+		ScheduledAt:     make([]*time.Time, len(jobs)),
+		State:           make([]rivertype.JobState, len(jobs)),
+	}
+	for i, j := range jobs {
+		one := riverdriver.JobSetStateCompleted(j.job.ID, now, nil)
+		p.ID[i], p.Attempt[i], p.ErrData[i], p.FinalizedAt[i] = one.ID, one.Attempt, one.ErrData, one.FinalizedAt
+		p.MetadataDoMerge[i], p.MetadataUpdates[i], p.ScheduledAt[i], p.State[i] = one.MetadataDoMerge, one.MetadataUpdates, one.ScheduledAt, one.State
+	}
+	_, _ = client.Pilot().JobSetStateIfRunningMany(ctx, client.Driver().GetExecutor(), p)
 }
 
 // hasLane reports whether job metadata names an ordering lane (a cheap text

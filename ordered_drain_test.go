@@ -1,0 +1,83 @@
+package riverbus_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/riverbustest"
+	"github.com/riverbus/riverbus/workers"
+)
+
+type drainArgs struct{ workers.Args }
+
+func (drainArgs) Kind() string { return "drain" }
+
+// A key-ordered pool drained by many workers at once: the hand-off
+// completes lane jobs in groups, beside River's completer. Every job ends
+// completed, River emits its completed event for each (a completion that
+// raced River's completer made River drop events, and deadlocked with
+// it), and each key's events ran in sequence order.
+func TestOrderedPoolDrainKeepsOrderAndRiversEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := riverbustest.NewDatabase(t)
+	const n, keys = 3000, 60
+
+	var mu sync.Mutex
+	handled := map[string][]int64{}
+	ws := riverbus.NewWorkers()
+	riverbus.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[drainArgs]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[job.Args.Key] = append(handled[job.Args.Key], job.Args.GlobalSequence)
+		return nil
+	}), &riverbus.WorkerOpts{MaxWorkers: 100})
+	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
+	require.NoError(t, err)
+	_, _, err = client.PoolCreate(ctx, bustype.PoolParams{Name: "drain", Ordering: bustype.OrderingKey})
+	require.NoError(t, err)
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = outbox.Event{Type: "T", Key: fmt.Sprintf("k%d", i%keys), Data: json.RawMessage(`{}`)}
+	}
+	_, err = outbox.Append(ctx, db, events...)
+	require.NoError(t, err)
+
+	require.NoError(t, client.Start(ctx))
+	defer client.Stop(ctx) //nolint:errcheck
+	completed, cancel := client.River().Subscribe(river.EventKindJobCompleted)
+	defer cancel()
+	deadline := time.After(2 * time.Minute)
+	for done := 0; done < n; {
+		select {
+		case <-completed:
+			done++
+		case <-deadline:
+			var states string
+			require.NoError(t, db.QueryRow(ctx, `SELECT string_agg(state || '=' || c, ' ') FROM (SELECT state::text, count(*) AS c FROM river_job GROUP BY 1) s`).Scan(&states))
+			t.Fatalf("River emitted %d of %d completed events; jobs: %s", done, n, states)
+		}
+	}
+
+	var unfinished int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state <> 'completed'").Scan(&unfinished))
+	require.Zero(t, unfinished)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, handled, keys)
+	for key, seqs := range handled {
+		require.Len(t, seqs, n/keys, key)
+		require.True(t, slices.IsSorted(seqs), "key %s ran out of order: %v", key, seqs)
+	}
+}
