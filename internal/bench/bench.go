@@ -119,8 +119,15 @@ var scenarios = []scenario{
 	{"fanout-4pools", func(ctx context.Context, e *env) ([]Result, error) { return runFanout(ctx, e, "fanout-4pools", 4) }},
 	{"drain", runDrain},
 	{"drain-args", runDrainArgs},
-	{"latency-200", func(ctx context.Context, e *env) ([]Result, error) { return runLatency(ctx, e, "latency-200", 200) }},
-	{"latency-1000", func(ctx context.Context, e *env) ([]Result, error) { return runLatency(ctx, e, "latency-1000", 1000) }},
+	{"latency-200", func(ctx context.Context, e *env) ([]Result, error) {
+		return runLatency(ctx, e, "latency-200", latencyOpts{rate: 200})
+	}},
+	{"latency-200-loaded", func(ctx context.Context, e *env) ([]Result, error) {
+		return runLatency(ctx, e, "latency-200-loaded", latencyOpts{rate: 200, loaded: true})
+	}},
+	{"latency-1000", func(ctx context.Context, e *env) ([]Result, error) {
+		return runLatency(ctx, e, "latency-1000", latencyOpts{rate: 1000})
+	}},
 	{"rollback-gap", runRollbackGap},
 	{"backlog", runBacklog},
 	{"ordered-vs-unordered", runOrdered},

@@ -52,7 +52,7 @@ func TestRunSmoke(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"fanout-1pool", "fanout-4pools", "drain", "latency-200", "latency-1000"} {
+	for _, name := range []string{"fanout-1pool", "fanout-4pools", "drain", "latency-200", "latency-200-loaded", "latency-1000"} {
 		for _, r := range rep.Results {
 			if r.Scenario == name {
 				require.NotNil(t, r.Baseline, "%s %s has no raw River baseline", name, r.Metric)

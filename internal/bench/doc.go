@@ -14,8 +14,14 @@
 //     envelope against raw River draining jobs with args of a few bytes
 //     (River at its best): what the envelope in args costs River itself.
 //   - latency-200, latency-1000: append commit → handler start with
-//     the fan-out running, against River's Insert commit → Work start.
-//     Target at 200/s: p50 ≤ 5 ms, p99 ≤ 25 ms.
+//     the fan-out running, against River's Insert commit → Work start,
+//     open loop from 32 goroutines, with commit → each step of the way
+//     (the listener's NOTIFY, the horizon round, the pool batch, River's
+//     fetch). Targets: at 200/s p50 ≤ 2.5× and p99 ≤ 2× raw River's; at
+//     1,000/s p50 ≤ 1.5× raw River's; the offered rate reached.
+//   - latency-200-loaded: latency-200 while both sides carry a background
+//     load of 1,000/s: appends for another pool (riverbus), inserts into
+//     another queue (raw River), worked by the same client. Same targets.
 //   - rollback-gap: how long a rolled-back transaction holds the horizon
 //     back. Target: p99 ≤ 100 ms. No raw River equivalent.
 //   - backlog: catch-up time and peak RSS of a fan-out process (a child

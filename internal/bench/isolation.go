@@ -104,7 +104,7 @@ func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n
 		return rebuildSample{}, err
 	}
 	p := newProbe()
-	client, err := p.startClient(ctx, e, workDB)
+	client, err := p.startClient(ctx, e, workDB, false)
 	if err != nil {
 		return rebuildSample{}, err
 	}

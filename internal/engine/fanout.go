@@ -57,6 +57,7 @@ type Fanout struct {
 	noPlain bool
 
 	services Services
+	trace    Trace
 }
 
 // Services are the fan-out's long-running parts. Each Run blocks until its
@@ -183,6 +184,9 @@ func (f *Fanout) Run(ctx context.Context) error {
 // the pools when the horizon moved, the retirer when late events may be
 // left to retire.
 func (f *Fanout) roundDone(r horizon.RoundResult) {
+	if f.trace.Round != nil {
+		f.trace.Round(r, time.Now())
+	}
 	f.mu.Lock()
 	f.stats.Horizon = r.Horizon
 	f.stats.GapsProvenDead += r.ProvenDead
@@ -224,6 +228,9 @@ func (l *Listener) Run(ctx context.Context) error {
 // HandleNotification wakes the fan-out, unless the notification is of a
 // round this instance ran: the loop that ran it wakes the pools itself.
 func (l *Listener) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	if l.f.trace.Notified != nil {
+		l.f.trace.Notified(n.Channel, n.PID, time.Now())
+	}
 	if n.Channel == "riverbus_horizon" && l.f.services.Horizon.OwnRound(n.PID) {
 		return nil
 	}

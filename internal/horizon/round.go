@@ -48,6 +48,9 @@ type RoundResult struct {
 	// Problems are the broken assumptions of the gap proof the round saw.
 	// While one that Blocks is present the round proves and skips nothing.
 	Problems []Problem
+	// Took is how long the round took, from taking a connection to its
+	// commit.
+	Took time.Duration
 
 	pid uint32 // the backend that ran the round (and sent its notification)
 }
@@ -73,6 +76,7 @@ type RoundParams struct {
 // the horizon costs two round trips. On anything else (a transaction, say)
 // it runs inside a transaction (or savepoint) begun on it.
 func Advance(ctx context.Context, db database.DB, params RoundParams) (RoundResult, error) {
+	began := time.Now()
 	if pool, ok := db.(*pgxpool.Pool); ok {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
@@ -86,6 +90,7 @@ func Advance(ctx context.Context, db database.DB, params RoundParams) (RoundResu
 			return RoundResult{}, err
 		}
 		res.pid = c.Conn().PgConn().PID()
+		res.Took = time.Since(began)
 		return res, nil
 	}
 	var res RoundResult
@@ -100,6 +105,7 @@ func Advance(ctx context.Context, db database.DB, params RoundParams) (RoundResu
 	if err != nil {
 		return RoundResult{}, err
 	}
+	res.Took = time.Since(began)
 	return res, nil
 }
 
