@@ -213,7 +213,11 @@ SELECT count(*) FROM r`
 	SQLCoveredBySkippedL = `coalesce((SELECT k.last_sequence FROM riverbus_skipped k WHERE k.first_sequence <= l.sequence
 				ORDER BY k.first_sequence DESC LIMIT 1) >= l.sequence, false)`
 
-	sqlHorizonNotify = `SELECT pg_notify('riverbus_horizon', $1::text)`
+	// The notification that the horizon moved (to $1) or late events were
+	// found, for other instances and `riverbus tail`: sent after the round
+	// commits, alone in its transaction, which commits asynchronously (it
+	// writes nothing but the notification queue).
+	sqlHorizonNotify = `SELECT set_config('synchronous_commit', 'off', true), pg_notify('riverbus_horizon', $1::text)`
 
 	// Watching counts the sequences in skipped ranges (committed late ones
 	// included) and, separately, the ranges.

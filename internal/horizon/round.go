@@ -52,7 +52,10 @@ type RoundResult struct {
 	// commit.
 	Took time.Duration
 
-	pid uint32 // the backend that ran the round (and sent its notification)
+	pid uint32 // the backend that ran the round
+	// announce: the round moved the horizon or found late events, which
+	// the riverbus_horizon notification tells other instances.
+	announce bool
 }
 
 // RoundParams are a round's settings.
@@ -275,9 +278,12 @@ func round(ctx context.Context, q roundConn, own bool, params RoundParams) (Roun
 		if len(w.forgotten) > 0 {
 			b.Queue(sqlSkippedDelete, w.forgotten)
 		}
-		if res.Moved || len(w.late) > 0 {
-			b.Queue(sqlHorizonNotify, strconv.FormatInt(w.horizon, 10))
-		}
+		// The riverbus_horizon notification is sent after the commit, in a
+		// transaction of its own (Service.announce): a transaction that
+		// notifies takes a lock at commit that every notifying
+		// transaction takes (appends among them) and holds it through its
+		// WAL flush, and the round is on the path of every event.
+		res.announce = res.Moved || len(w.late) > 0
 		if own {
 			b.Queue("COMMIT")
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,11 +47,18 @@ type Service struct {
 	cfg Config
 
 	wake chan struct{}
-	// ownPIDs are the backends that ran this instance's rounds: their
-	// riverbus_horizon notifications need not wake it.
+	// ownPIDs are the backends that ran this instance's rounds or sent
+	// their notifications: their riverbus_horizon notifications need not
+	// wake it.
 	ownPIDs    sync.Map
 	problemLog problemLog
 	clock      atomic.Pointer[Clock]
+
+	// The riverbus_horizon notifications (announce): while Run runs, its
+	// announcer sends them, the latest horizon each time it is woken.
+	announceWake    chan struct{}
+	announceHorizon atomic.Int64
+	announcing      atomic.Bool
 
 	// TestSignals lets tests wait for what Run did.
 	TestSignals TestSignals
@@ -72,14 +80,14 @@ func NewService(db *pgxpool.Pool, cfg *Config) *Service {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &Service{db: db, cfg: c, wake: service.NewWake()}
+	return &Service{db: db, cfg: c, wake: service.NewWake(), announceWake: service.NewWake()}
 }
 
 // Wake asks Run for a round now.
 func (s *Service) Wake() { service.Wake(s.wake) }
 
 // OwnRound reports whether the backend with pid ran one of this instance's
-// rounds (the sender of a riverbus_horizon notification, say).
+// rounds or sent their riverbus_horizon notifications.
 func (s *Service) OwnRound(pid uint32) bool {
 	_, own := s.ownPIDs.Load(pid)
 	return own
@@ -118,7 +126,60 @@ func (s *Service) Round(ctx context.Context) (RoundResult, error) {
 	if s.cfg.OnRoundFunc != nil {
 		s.cfg.OnRoundFunc(res)
 	}
+	if res.announce {
+		s.announce(ctx, res.Horizon)
+	}
 	return res, nil
+}
+
+// announce sends the riverbus_horizon notification that the horizon moved
+// to h (or late events were found), after the round committed: from Run's
+// announcer while Run runs, so that the next round need not wait for it,
+// else at once. A notifying transaction waits at commit for every other
+// notifying transaction (appends among them) to flush its WAL, so the
+// notification stays out of the round's transaction. It only wakes other
+// instances, which also poll: a failure is logged, not retried.
+func (s *Service) announce(ctx context.Context, h int64) {
+	for {
+		old := s.announceHorizon.Load()
+		if h <= old || s.announceHorizon.CompareAndSwap(old, h) {
+			break
+		}
+	}
+	if s.announcing.Load() {
+		service.Wake(s.announceWake)
+		return
+	}
+	s.sendAnnouncement(ctx, h)
+}
+
+func (s *Service) sendAnnouncement(ctx context.Context, h int64) {
+	err := func() error {
+		c, err := s.db.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		s.ownPIDs.Store(c.Conn().PgConn().PID(), struct{}{})
+		_, err = c.Exec(ctx, sqlHorizonNotify, strconv.FormatInt(h, 10))
+		return err
+	}()
+	if err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Warn("horizon notification failed; other instances learn of the move at their next round or poll", "error", err)
+	}
+}
+
+// runAnnouncer sends the latest horizon each time it is woken, until ctx
+// ends.
+func (s *Service) runAnnouncer(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.announceWake:
+		}
+		s.sendAnnouncement(ctx, s.announceHorizon.Load())
+	}
 }
 
 // Run advances the horizon until ctx ends, then returns nil: at once again
@@ -126,6 +187,16 @@ func (s *Service) Round(ctx context.Context) (RoundResult, error) {
 // at a gap, else when woken or at the poll interval. Its errors are logged
 // and retried with a backoff of its own.
 func (s *Service) Run(ctx context.Context) error {
+	announcerDone := make(chan struct{})
+	go func() {
+		defer close(announcerDone)
+		s.runAnnouncer(ctx)
+	}()
+	s.announcing.Store(true)
+	defer func() {
+		s.announcing.Store(false)
+		<-announcerDone
+	}()
 	backoff := time.Duration(0)
 	for {
 		round, err := s.Round(ctx)
