@@ -32,9 +32,10 @@
 // and test signals: the horizon (horizon.Service), the pools' fan-out
 // (PoolService: each pool on its own, its failures backing off alone), the
 // lane sweeper (lanes.Sweeper), the late-event retirer (horizon.Retirer),
-// and the Listener that wakes the horizon and the pools on LISTEN
-// riverbus_event and riverbus_horizon; each move of the horizon wakes the
-// pools, and a poll interval covers lost notifications. The checkpoint
+// and the Listener that wakes the horizon on LISTEN riverbus_event and the
+// pools on riverbus_horizon (another instance's round); each move of the
+// horizon by this instance's round starts a batch of every pool it knows
+// at once, and a poll interval covers lost notifications. The checkpoint
 // advancer (CheckpointAdvancer) runs beside them. riverbus.Client.Start runs
 // each; Fanout.Run runs the fan-out's, and Fanout.Pass does one step of
 // them all for tests.

@@ -127,9 +127,9 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 		GapTimeout: c.GapTimeout, GapCheckInterval: c.GapCheckInterval, PollInterval: c.PollInterval,
 		Logger: f.logger, OnRoundFunc: f.roundDone,
 	})
-	s.Pools = &PoolService{f: f, wake: service.NewWake(), cfg: PoolServiceConfig{
+	s.Pools = newPoolService(f, PoolServiceConfig{
 		Workers: c.Workers, PollInterval: c.PollInterval, Logger: f.logger, OnLateFunc: s.Retirer.Wake,
-	}}
+	})
 	s.Pools.analyzer = &jobAnalyzer{f: f, min: analyzeJobsMinDefault, logger: f.logger}
 	s.Sweeper = lanes.NewSweeper(db, &lanes.SweeperConfig{Logger: f.logger})
 	s.Listener = &Listener{f: f}
@@ -193,15 +193,18 @@ func (f *Fanout) roundDone(r horizon.RoundResult) {
 	f.stats.GapsSkipped += r.Skipped
 	f.stats.LateEvents += r.Late
 	f.mu.Unlock()
-	if r.Moved {
-		f.services.Pools.Wake()
+	if r.Moved || r.Late > 0 {
+		// A late event is read by the pools' batches, which the
+		// notification of its append does not start.
+		f.services.Pools.HorizonMoved()
 	}
 	f.services.Retirer.WakeAfter(r)
 }
 
-// Listener wakes the horizon and the pools on each riverbus_event and
+// Listener wakes the horizon on each riverbus_event notification (the
+// round that moves the horizon wakes the pools), the pools on each
 // riverbus_horizon notification (a horizon move by another instance), and
-// once after each (re)connection: LISTEN first, then the wake-up, so
+// both once after each (re)connection: LISTEN first, then the wake-up, so
 // nothing that committed meanwhile waits for the poll interval.
 type Listener struct{ f *Fanout }
 
@@ -225,16 +228,21 @@ func (l *Listener) Run(ctx context.Context) error {
 	return nil
 }
 
-// HandleNotification wakes the fan-out, unless the notification is of a
-// round this instance ran: the loop that ran it wakes the pools itself.
+// HandleNotification wakes the horizon on an append, and the pools when
+// another instance moved the horizon (the loop of a round this instance
+// ran wakes them itself). The pools are not woken by an append: a batch
+// started before the round that passes the event would find nothing new,
+// and the one the round then asks for would wait for it.
 func (l *Listener) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
 	if l.f.trace.Notified != nil {
 		l.f.trace.Notified(n.Channel, n.PID, time.Now())
 	}
-	if n.Channel == "riverbus_horizon" && l.f.services.Horizon.OwnRound(n.PID) {
-		return nil
+	switch {
+	case n.Channel == "riverbus_event":
+		l.f.services.Horizon.Wake()
+	case !l.f.services.Horizon.OwnRound(n.PID):
+		l.f.services.Pools.HorizonMoved()
 	}
-	l.f.Wake()
 	return nil
 }
 

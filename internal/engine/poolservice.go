@@ -48,6 +48,7 @@ type PoolService struct {
 	f        *Fanout
 	cfg      PoolServiceConfig
 	wake     chan struct{}
+	moved    chan struct{}
 	analyzer *jobAnalyzer
 
 	// TestSignals lets tests wait for what Run did.
@@ -70,56 +71,65 @@ func (ts *PoolTestSignals) Init(tb service.TB) {
 	ts.Analyzed.Init(tb)
 }
 
+func newPoolService(f *Fanout, cfg PoolServiceConfig) *PoolService {
+	return &PoolService{f: f, cfg: cfg, wake: service.NewWake(), moved: service.NewWake()}
+}
+
 // Wake asks Run to list the active pools again and run a batch of each.
 func (s *PoolService) Wake() { service.Wake(s.wake) }
+
+// HorizonMoved asks Run for a batch of every active pool it knows of now,
+// without waiting for a list: the horizon moved (or a round found late
+// events). The pools are listed again beside the batches, and a pool new
+// to the list gets one too.
+func (s *PoolService) HorizonMoved() { service.Wake(s.moved) }
+
+// listing says which pools a list of the active pools makes due.
+type listing uint8
+
+const (
+	listNone listing = iota
+	listNew          // the pools new to the list: the others were just made due
+	listAll          // every pool listed: a wake-up or the poll interval
+)
+
+type listResult struct {
+	names []string
+	all   bool
+	err   error
+}
 
 // Run fans out every active pool until ctx ends, each on its own: a batch
 // per pool at a time, at most fanout.Config.Workers batches at once, the
 // pools that waited longest first. A pool runs again at once while its
-// batches are full, and when woken (the horizon moved, a notification, the
-// poll interval). A failing pool backs off alone: the others go on at their
-// own pace, and so they do while one pool's batch is slow. A batch that
-// delivered late events wakes the late-event retirer. As the jobs inserted
-// grow river_job, it is analyzed now and then (jobAnalyzer). Run returns
-// nil when ctx ends, after the batches in flight.
+// batches are full, and when woken: the horizon moved (HorizonMoved: the
+// pools known start at once, the list is read beside them), a wake-up
+// (Wake) or the poll interval (the pools are listed first). The list is
+// read in a goroutine of its own, so a batch never waits for it. A failing
+// pool backs off alone: the others go on at their own pace, and so they do
+// while one pool's batch is slow. A batch that delivered late events wakes
+// the late-event retirer. As the jobs inserted grow river_job, it is
+// analyzed now and then (jobAnalyzer). Run returns nil when ctx ends, after
+// the batches in flight.
 func (s *PoolService) Run(ctx context.Context) error {
 	defer s.analyzer.wait()
 	pools := map[string]*poolRun{}
 	done := make(chan poolDone)
+	listed := make(chan listResult, 1)
 	running := 0
-	refresh := true
+	want := listAll // the list wanted next
+	inList := false // a list is being read
 	var nextList time.Time
 	listBackoff := time.Duration(0)
 	for {
 		now := time.Now()
-		if refresh && ctx.Err() == nil {
-			names, err := s.f.activePools(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					listBackoff = service.NextBackoff(listBackoff)
-					s.cfg.Logger.Error("list active pools failed; retrying", "error", err, "retry_in", listBackoff)
-				}
-				nextList = now.Add(service.Jitter(listBackoff))
-			} else {
-				listBackoff = 0
-				active := make(map[string]bool, len(names))
-				for _, n := range names {
-					active[n] = true
-					st := pools[n]
-					if st == nil {
-						st = &poolRun{}
-						pools[n] = st
-					}
-					st.due = true
-				}
-				for n, st := range pools {
-					if !active[n] && !st.running {
-						delete(pools, n)
-					}
-				}
-				nextList = now.Add(s.cfg.PollInterval)
-			}
-			refresh = false
+		if want != listNone && !inList && ctx.Err() == nil {
+			all := want == listAll
+			want, inList = listNone, true
+			go func() {
+				names, err := s.f.activePools(ctx)
+				listed <- listResult{names: names, all: all, err: err}
+			}()
 		}
 		if ctx.Err() == nil && running < s.cfg.Workers {
 			var ready []string
@@ -143,6 +153,9 @@ func (s *PoolService) Run(ctx context.Context) error {
 			}
 		}
 		wake := nextList
+		if inList {
+			wake = now.Add(s.cfg.PollInterval) // the list's result wakes the loop
+		}
 		for _, st := range pools {
 			if st.due && !st.running && st.retryAt.After(now) && st.retryAt.Before(wake) {
 				wake = st.retryAt
@@ -155,7 +168,41 @@ func (s *PoolService) Run(ctx context.Context) error {
 			for ; running > 0; running-- {
 				<-done
 			}
+			if inList {
+				<-listed
+			}
 			return nil
+		case l := <-listed:
+			timer.Stop()
+			inList = false
+			now := time.Now()
+			if l.err != nil {
+				if ctx.Err() == nil {
+					listBackoff = service.NextBackoff(listBackoff)
+					s.cfg.Logger.Error("list active pools failed; retrying", "error", l.err, "retry_in", listBackoff)
+				}
+				nextList = now.Add(service.Jitter(listBackoff))
+				continue
+			}
+			listBackoff = 0
+			active := make(map[string]bool, len(l.names))
+			for _, n := range l.names {
+				active[n] = true
+				st := pools[n]
+				if st == nil {
+					st = &poolRun{due: true}
+					pools[n] = st
+				}
+				st.due = st.due || l.all
+			}
+			for n, st := range pools {
+				if !active[n] && !st.running {
+					delete(pools, n)
+				}
+			}
+			if l.all {
+				nextList = now.Add(s.cfg.PollInterval)
+			}
 		case d := <-done:
 			timer.Stop()
 			running--
@@ -179,11 +226,19 @@ func (s *PoolService) Run(ctx context.Context) error {
 				s.TestSignals.BatchDone.Signal(d.res)
 				s.analyzer.add(ctx, d.res.Jobs, func() { s.TestSignals.Analyzed.Signal(struct{}{}) })
 			}
+		case <-s.moved:
+			timer.Stop()
+			for _, st := range pools {
+				st.due = true
+			}
+			want = max(want, listNew)
 		case <-s.wake:
 			timer.Stop()
-			refresh = true
+			want = listAll
 		case <-timer.C:
-			refresh = refresh || !time.Now().Before(nextList)
+			if !inList && !time.Now().Before(nextList) {
+				want = listAll
+			}
 		}
 	}
 }
