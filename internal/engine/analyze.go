@@ -66,6 +66,14 @@ func (a *jobAnalyzer) add(ctx context.Context, n int, done func()) {
 	})
 }
 
+// count counts n jobs inserted without starting an ANALYZE: the next add
+// does, if they reach the threshold.
+func (a *jobAnalyzer) count(n int) {
+	a.mu.Lock()
+	a.inserted += max(n, 0)
+	a.mu.Unlock()
+}
+
 // wait waits for the ANALYZE running, if any.
 func (a *jobAnalyzer) wait() { a.wg.Wait() }
 

@@ -55,6 +55,9 @@ type Fanout struct {
 	// noPlain: the plain path's statement cannot run on this server.
 	// Guarded by mu.
 	noPlain bool
+	// heads is, per plain pool, its cursor after its last plain batch
+	// that read up to the horizon (ride.go). Guarded by mu.
+	heads map[string]int64
 
 	services Services
 	trace    Trace
@@ -119,13 +122,13 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 	f := &Fanout{
 		db: db, cfg: c, logger: logger.With("component", "fanout"),
 		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}, Undeliverable: map[string]int64{}},
-		plain: map[string]plainKind{},
+		plain: map[string]plainKind{}, heads: map[string]int64{},
 	}
 	s := &f.services
 	s.Retirer = horizon.NewRetirer(db, &horizon.RetirerConfig{Logger: f.logger})
 	s.Horizon = horizon.NewService(db, &horizon.Config{
 		GapTimeout: c.GapTimeout, GapCheckInterval: c.GapCheckInterval, PollInterval: c.PollInterval,
-		Logger: f.logger, OnRoundFunc: f.roundDone,
+		Logger: f.logger, OnRoundFunc: f.roundDone, RideFunc: f.ride,
 	})
 	s.Pools = newPoolService(f, PoolServiceConfig{
 		Workers: c.Workers, PollInterval: c.PollInterval, Logger: f.logger, OnLateFunc: s.Retirer.Wake,
@@ -193,10 +196,13 @@ func (f *Fanout) roundDone(r horizon.RoundResult) {
 	f.stats.GapsSkipped += r.Skipped
 	f.stats.LateEvents += r.Late
 	f.mu.Unlock()
-	if r.Moved || r.Late > 0 {
+	switch {
+	case r.Late > 0:
 		// A late event is read by the pools' batches, which the
 		// notification of its append does not start.
 		f.services.Pools.HorizonMoved()
+	case r.Moved:
+		f.services.Pools.roundMoved()
 	}
 	f.services.Retirer.WakeAfter(r)
 }

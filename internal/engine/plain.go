@@ -137,28 +137,56 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.Batch
 	if noPlain || (kind != plainAll && kind != plainTyped) {
 		return res, false, false, nil
 	}
+	b := &pgx.Batch{}
+	call := f.queuePlain(b, name, kind)
+	return f.plainDone(call, f.db.SendBatch(ctx, b).Close())
+}
+
+// plainCall is one plain batch queued on a pgx.Batch (queuePlain), and what
+// it returned.
+type plainCall struct {
+	name      string
+	ran       bool // its statement returned its row
+	committed bool // and its transaction committed
+	locked    bool
+	applied   bool
+	jobs      int64
+	cursor    *int64
+	notified  int64
+	big       bool
+}
+
+// queuePlain queues pool name's plain batch on b: BEGIN, the settings, the
+// statement of kind, COMMIT.
+func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind) *plainCall {
 	sql := sqlPlainBatchAll
 	if kind == plainTyped {
 		sql = sqlPlainBatchTyped
 	}
-	b := &pgx.Batch{}
+	c := &plainCall{name: name}
 	b.Queue("BEGIN")
 	b.Queue(database.TxSettingsSQL)
-	var locked, applied bool
-	var cursor *int64
-	var notified int64
-	var big bool
-	res.Pool = name
 	b.Queue(sql, name, f.cfg.BatchSize, kind == plainTyped).QueryRow(func(row pgx.Row) error {
-		var jobs int64
-		if err := row.Scan(&locked, &applied, &jobs, &cursor, &notified, &big); err != nil {
+		if err := row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big); err != nil {
 			return err
 		}
-		res.Jobs = int(jobs)
+		c.ran = true
 		return nil
 	})
-	b.Queue("COMMIT")
-	if err := f.db.SendBatch(ctx, b).Close(); err != nil {
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+		c.committed = ct.String() == "COMMIT"
+		return nil
+	})
+	return c
+}
+
+// plainDone reads what a plain batch did, err being the error of the round
+// trip that sent it. handled is false when the general path must run
+// instead.
+func (f *Fanout) plainDone(c *plainCall, err error) (res fanout.BatchResult, full, handled bool, _ error) {
+	res.Pool = c.name
+	name := c.name
+	if err != nil {
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && refusedData(pgErr):
@@ -179,27 +207,35 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.Batch
 		}
 		return fanout.BatchResult{}, false, true, fmt.Errorf("fan out pool %q: %w", name, err)
 	}
+	res.Jobs = int(c.jobs)
 	switch {
-	case !locked:
+	case !c.locked:
 		return res, false, true, nil // paused, deleted, or another instance has it
-	case !applied:
+	case !c.applied:
 		f.forgetPlain(name) // look again on the general path
 		return res, false, false, nil
 	}
-	if cursor != nil {
-		res.Cursor = *cursor
+	if c.cursor != nil {
+		res.Cursor = *c.cursor
 	}
-	if big {
+	if c.big {
 		// The batch stopped before a big event: the general path takes it
 		// now, and hands the pool back to this path after it.
 		f.batchDone(res)
 		return res, false, false, nil
 	}
-	return res, res.Jobs == f.cfg.BatchSize, true, nil
+	full = res.Jobs == f.cfg.BatchSize
+	if !full && c.cursor != nil {
+		f.mu.Lock()
+		f.heads[name] = *c.cursor
+		f.mu.Unlock()
+	}
+	return res, full, true, nil
 }
 
 func (f *Fanout) forgetPlain(name string) {
 	f.mu.Lock()
 	delete(f.plain, name)
+	delete(f.heads, name)
 	f.mu.Unlock()
 }

@@ -48,7 +48,8 @@ type PoolService struct {
 	f        *Fanout
 	cfg      PoolServiceConfig
 	wake     chan struct{}
-	moved    chan struct{}
+	moved    chan struct{} // HorizonMoved
+	ownMoved chan struct{} // roundMoved
 	analyzer *jobAnalyzer
 
 	// TestSignals lets tests wait for what Run did.
@@ -72,7 +73,7 @@ func (ts *PoolTestSignals) Init(tb service.TB) {
 }
 
 func newPoolService(f *Fanout, cfg PoolServiceConfig) *PoolService {
-	return &PoolService{f: f, cfg: cfg, wake: service.NewWake(), moved: service.NewWake()}
+	return &PoolService{f: f, cfg: cfg, wake: service.NewWake(), moved: service.NewWake(), ownMoved: service.NewWake()}
 }
 
 // Wake asks Run to list the active pools again and run a batch of each.
@@ -83,6 +84,11 @@ func (s *PoolService) Wake() { service.Wake(s.wake) }
 // events). The pools are listed again beside the batches, and a pool new
 // to the list gets one too.
 func (s *PoolService) HorizonMoved() { service.Wake(s.moved) }
+
+// roundMoved is HorizonMoved after a round of this instance, whose ride
+// (ride.go) may have fanned out some pools up to the new horizon already:
+// those are left out.
+func (s *PoolService) roundMoved() { service.Wake(s.ownMoved) }
 
 // listing says which pools a list of the active pools makes due.
 type listing uint8
@@ -230,6 +236,12 @@ func (s *PoolService) Run(ctx context.Context) error {
 			timer.Stop()
 			for _, st := range pools {
 				st.due = true
+			}
+			want = max(want, listNew)
+		case <-s.ownMoved:
+			timer.Stop()
+			for n, st := range pools {
+				st.due = st.due || !s.f.atHorizon(n)
 			}
 			want = max(want, listNew)
 		case <-s.wake:

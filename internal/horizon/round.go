@@ -64,6 +64,15 @@ type RoundParams struct {
 	GapTimeout time.Duration
 	// PageSize is how many visible sequences one round reads.
 	PageSize int
+	// RideFunc, when set, is called by a round that moves the horizon
+	// from from to to and runs on a connection of its own: what it queues on
+	// b is sent in the round's last round trip, after its COMMIT, so it
+	// runs once the round has committed, in transactions of its own (the
+	// fan-out sends there the batches of the pools that were at the old
+	// horizon: one round trip less to each). done is called after that
+	// round trip with its error (errRoundFailed when the round did not
+	// commit, and then nothing queued ran).
+	RideFunc func(from, to int64, b *pgx.Batch) (done func(err error))
 	// AgeShift moves the database's clock forward for the gaps' ages: it
 	// is added to the time a gap is first seen and to the time its age is
 	// read. Zero (production) keeps the database's clock; tests set it
@@ -111,6 +120,10 @@ func Advance(ctx context.Context, db database.DB, params RoundParams) (RoundResu
 	res.Took = time.Since(began)
 	return res, nil
 }
+
+// errRoundFailed is what a RideFunc's done gets when the round did not
+// commit.
+var errRoundFailed = errors.New("horizon round did not commit")
 
 // roundConn is what a round runs on: a connection or a transaction.
 type roundConn interface {
@@ -284,10 +297,26 @@ func round(ctx context.Context, q roundConn, own bool, params RoundParams) (Roun
 		// transaction takes (appends among them) and holds it through its
 		// WAL flush, and the round is on the path of every event.
 		res.announce = res.Moved || len(w.late) > 0
+		var rideDone func(error)
+		committed := !own
 		if own {
-			b.Queue("COMMIT")
+			b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+				committed = ct.String() == "COMMIT"
+				return nil
+			})
+			if res.Moved && params.RideFunc != nil {
+				rideDone = params.RideFunc(in.horizon, w.horizon, b)
+			}
 		}
-		if err := q.SendBatch(ctx, b).Close(); err != nil {
+		err = q.SendBatch(ctx, b).Close()
+		if rideDone != nil {
+			rerr := err
+			if !committed {
+				rerr = errRoundFailed
+			}
+			rideDone(rerr)
+		}
+		if err != nil && !committed {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return bustype.ErrHorizonMissing // deleted since the read
 			}

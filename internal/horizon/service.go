@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus/internal/service"
@@ -33,6 +34,8 @@ type Config struct {
 	PageSize int
 	// Logger receives the rounds' warnings and the broken assumptions.
 	Logger *slog.Logger
+	// RideFunc is RoundParams.RideFunc for this instance's rounds.
+	RideFunc func(from, to int64, b *pgx.Batch) (done func(err error))
 	// OnRoundFunc, when set, is called after every round this instance
 	// ran (Locked), from the goroutine that ran it: the fan-out counts the
 	// round there and wakes the pools and the late-event retirer.
@@ -101,6 +104,7 @@ func (s *Service) UseClock(c *Clock) { s.clock.Store(c) }
 func (s *Service) Round(ctx context.Context) (RoundResult, error) {
 	res, err := Advance(ctx, s.db, RoundParams{
 		GapTimeout: s.cfg.GapTimeout, PageSize: s.cfg.PageSize, AgeShift: s.clock.Load().Shift(),
+		RideFunc: s.cfg.RideFunc,
 	})
 	if err != nil {
 		return res, err

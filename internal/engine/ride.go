@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/riverbus/riverbus/fanout"
+)
+
+// Riding on the round: a round that moves the horizon from H to H' hands
+// the fan-out its last round trip (horizon.RoundParams.RideFunc), and the
+// fan-out queues there, after the round's COMMIT, the batches of the plain
+// pools whose cursor was H: each is its own transaction, exactly the
+// plain path's (plain.go), run once the round has committed, so it reads
+// (H, H']. An event's jobs are then inserted in the round trip that
+// passes it, instead of one more round trip after the pools' service has
+// been woken. The pools' service does not run a pool again for a move its
+// ride covered (atHorizon); a ride that did not complete (the pool locked
+// by another instance, a full batch, an error) leaves the pool to it, as
+// if nothing had ridden.
+
+// rideMaxPools bounds the batches one round carries, so that a round that
+// many pools wait on is not held up by them: the others take the pools'
+// service, as pools behind the horizon do.
+const rideMaxPools = 4
+
+// ride queues on b the plain batches of the pools at from (the horizon
+// before the round) and returns what reads their results.
+func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
+	if to-from > int64(f.cfg.BatchSize) {
+		return nil // a full batch: the pools' service takes it
+	}
+	f.mu.Lock()
+	var calls []*plainCall
+	if !f.noPlain {
+		for name, cursor := range f.heads {
+			kind := f.plain[name]
+			if cursor != from || (kind != plainAll && kind != plainTyped) || len(calls) == min(rideMaxPools, f.cfg.Workers) {
+				continue
+			}
+			calls = append(calls, f.queuePlain(b, name, kind))
+		}
+	}
+	f.mu.Unlock()
+	if len(calls) == 0 {
+		return nil
+	}
+	return func(err error) {
+		for _, c := range calls {
+			if !c.committed {
+				// Not run, or rolled back: the pools' service runs the pool
+				// (and meets the error again, if it lasts, on its own path).
+				f.mu.Lock()
+				delete(f.heads, c.name)
+				f.mu.Unlock()
+				continue
+			}
+			res, _, _, _ := f.plainDone(c, nil)
+			if c.locked && c.applied && !c.big {
+				f.batchDone(res)
+				f.services.Pools.rode(res)
+			}
+		}
+	}
+}
+
+// atHorizon reports whether pool's last plain batch read up to the latest
+// horizon this instance's rounds reached: a batch now would find nothing.
+func (f *Fanout) atHorizon(pool string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cursor, ok := f.heads[pool]
+	return ok && cursor >= f.stats.Horizon
+}
+
+// rode reports a batch that rode on a round as the pools' service reports
+// its own; its jobs count towards the next ANALYZE of river_job, which the
+// pools' service's next batch starts.
+func (s *PoolService) rode(res fanout.BatchResult) {
+	s.TestSignals.BatchDone.Signal(res)
+	s.analyzer.count(res.Jobs)
+}
