@@ -3,11 +3,13 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -42,14 +44,8 @@ func AppendTx(ctx context.Context, tx pgx.Tx, events ...Event) ([]Appended, erro
 	return appendTx(ctx, tx, events)
 }
 
-// querier runs a query: a transaction, or a connection (pool) whose
-// statement is a transaction of its own.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // appendTx is AppendTx for validated events.
-func appendTx(ctx context.Context, tx querier, events []Event) ([]Appended, error) {
+func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Appended, error) {
 	payload, ids, err := encodeEvents(events)
 	if err != nil {
 		return nil, err
@@ -58,11 +54,7 @@ func appendTx(ctx context.Context, tx querier, events []Event) ([]Appended, erro
 	if err != nil {
 		return nil, fmt.Errorf("append events: %w", translateError(err))
 	}
-	returned, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Appended, error) {
-		var a Appended
-		err := row.Scan(&a.GlobalSequence, &a.EventID)
-		return a, err
-	})
+	returned, err := pgx.CollectRows(rows, scanAppended)
 	if err != nil {
 		return nil, fmt.Errorf("append events: %w", translateError(err))
 	}
@@ -72,22 +64,25 @@ func appendTx(ctx context.Context, tx querier, events []Event) ([]Appended, erro
 // Append appends events in a transaction of its own and commits it. See
 // AppendTx.
 //
-// On a *pgxpool.Pool, or a *pgx.Conn outside a transaction, that
-// transaction is the append's one statement, committed by the database as
-// it ends: one round trip instead of three (BEGIN, the statement, COMMIT).
-// Between the event's sequence and its commit there is then no round trip,
-// and the horizon, which waits for every lower sequence to commit or roll
-// back, waits that much less for it.
+// On a *pgxpool.Pool, or a *pgx.Conn outside a transaction, it takes one
+// round trip (appendOnConn): BEGIN, the statement and COMMIT go together,
+// and the fan-out's wake-up goes after the COMMIT, in a transaction of its
+// own, instead of inside the append's.
 func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, error) {
 	if err := validateEvents(events); err != nil {
 		return nil, err
 	}
 	switch c := db.(type) {
 	case *pgxpool.Pool:
-		return appendTx(ctx, c, events)
+		conn, err := c.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("begin: %w", err)
+		}
+		defer conn.Release()
+		return appendOnConn(ctx, conn.Conn(), events)
 	case *pgx.Conn:
 		if c.PgConn().TxStatus() == 'I' {
-			return appendTx(ctx, c, events)
+			return appendOnConn(ctx, c, events)
 		}
 	}
 	var appended []Appended
@@ -97,6 +92,64 @@ func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, er
 		return err
 	})
 	return appended, err
+}
+
+// appendOnConn is Append on a connection outside a transaction, in one
+// round trip: BEGIN, the wake-up switched off for the transaction, the
+// append, COMMIT, then the wake-up (wakeQuery) as a transaction of its own.
+//
+// Why: the horizon passes an event only once every lower sequence has
+// committed or rolled back, so the time between an append's sequence and
+// its commit delays every event after it. Sent one by one, the statements
+// put a round trip and a wake-up of the calling goroutine into that time.
+// And a transaction that sends a NOTIFY takes, at commit, a lock every
+// notifying transaction takes and holds it through its WAL flush: appends
+// that notify commit one at a time, each waiting for the flushes of those
+// before it. The wake-up alone commits asynchronously (it writes nothing
+// else), so it holds that lock only for a moment, and the appends' commits
+// share their flushes again.
+func appendOnConn(ctx context.Context, c *pgx.Conn, events []Event) ([]Appended, error) {
+	payload, ids, err := encodeEvents(events)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		returned  []Appended
+		inserted  bool
+		committed bool
+	)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(skipNotifyQuery)
+	b.Queue(appendQuery, payload).Query(func(rows pgx.Rows) error {
+		var err error
+		returned, err = pgx.CollectRows(rows, scanAppended)
+		inserted = err == nil
+		return err
+	})
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+		committed = ct.String() == "COMMIT"
+		return nil
+	})
+	b.Queue(wakeQuery)
+	err = c.SendBatch(ctx, b).Close()
+	switch {
+	case committed:
+		// A failed wake-up costs the fan-out's poll interval at most: the
+		// events are appended.
+	case err == nil:
+		err = errors.New("the transaction did not commit")
+		fallthrough
+	default:
+		if c.PgConn().TxStatus() != 'I' {
+			_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		if inserted {
+			return nil, fmt.Errorf("commit: %w", translateError(err))
+		}
+		return nil, fmt.Errorf("append events: %w", translateError(err))
+	}
+	return inInputOrder(ids, returned)
 }
 
 // inTx runs f in a transaction of db, committing when f returns nil.
@@ -162,6 +215,12 @@ func encodeEvents(events []Event) (string, []uuid.UUID, error) {
 		return "", nil, fmt.Errorf("encode events: %w", err)
 	}
 	return string(payload), ids, nil
+}
+
+func scanAppended(row pgx.CollectableRow) (Appended, error) {
+	var a Appended
+	err := row.Scan(&a.GlobalSequence, &a.EventID)
+	return a, err
 }
 
 // inInputOrder orders what an insert returned by the input order of ids.

@@ -176,3 +176,11 @@ VALUES ($1, $2::text::jsonb, $3::text::jsonb)`
 // that it runs in every query execution mode; the trigger
 // riverbus_event_notify reads the setting (migration 010).
 const skipNotifyQuery = `SELECT set_config('riverbus.notify', 'off', true)`
+
+// wakeQuery is the fan-out's wake-up that Append sends after its COMMIT,
+// as a transaction of its own committed asynchronously (a lost one costs
+// the poll interval, as a missed NOTIFY does). It sends it unless the
+// session switched the wake-up off (riverbus.notify, as the trigger
+// riverbus_event_notify of migration 010 reads it).
+const wakeQuery = `SELECT set_config('synchronous_commit', 'off', true),
+	pg_notify('riverbus_event', '') WHERE coalesce(nullif(current_setting('riverbus.notify', true), '')::boolean, true)`
