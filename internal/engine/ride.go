@@ -23,11 +23,20 @@ import (
 // service, as pools behind the horizon do.
 const rideMaxPools = 4
 
+// rideMaxSequences is the most sequences a round may pass and still carry
+// batches. The next round waits for the batches a round carries; a round
+// that passes many events (a busy log) has batches worth running beside
+// the next round instead, on the pools' service. Measured in the bench: at
+// 200 events/s a ride cut commit → jobs inserted from 4.8 to 3.1 ms; with
+// 1,200 events/s (about 40 a round) it made rounds wait for the batches,
+// and commit → round went from 10 to 130 ms.
+const rideMaxSequences = 16
+
 // ride queues on b the plain batches of the pools at from (the horizon
 // before the round) and returns what reads their results.
 func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
-	if to-from > int64(f.cfg.BatchSize) {
-		return nil // a full batch: the pools' service takes it
+	if to-from > rideMaxSequences {
+		return nil // the pools' service takes them, beside the next round
 	}
 	f.mu.Lock()
 	var calls []*plainCall
