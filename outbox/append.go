@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,7 +68,9 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Appended, error
 // On a *pgxpool.Pool, or a *pgx.Conn outside a transaction, it takes one
 // round trip (appendOnConn): BEGIN, the statement and COMMIT go together,
 // and the fan-out's wake-up goes after the COMMIT, in a transaction of its
-// own, instead of inside the append's.
+// own, instead of inside the append's: on a *pgx.Conn in the same round
+// trip, on a pool from another of its connections, without the caller
+// waiting for it (wakeAfterCommit).
 func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, error) {
 	if err := validateEvents(events); err != nil {
 		return nil, err
@@ -78,11 +81,15 @@ func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, er
 		if err != nil {
 			return nil, fmt.Errorf("begin: %w", err)
 		}
-		defer conn.Release()
-		return appendOnConn(ctx, conn.Conn(), events)
+		appended, err := appendOnConn(ctx, conn.Conn(), events, false)
+		conn.Release()
+		if err == nil {
+			wakeAfterCommit(c)
+		}
+		return appended, err
 	case *pgx.Conn:
 		if c.PgConn().TxStatus() == 'I' {
-			return appendOnConn(ctx, c, events)
+			return appendOnConn(ctx, c, events, true)
 		}
 	}
 	var appended []Appended
@@ -96,7 +103,10 @@ func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, er
 
 // appendOnConn is Append on a connection outside a transaction, in one
 // round trip: BEGIN, the wake-up switched off for the transaction, the
-// append, COMMIT, then the wake-up (wakeQuery) as a transaction of its own.
+// append, COMMIT, then, with wake, the wake-up (wakeQuery) as a
+// transaction of its own. Without wake the caller sends it
+// (wakeAfterCommit): on a pool, Append returns at the COMMIT, and the
+// wake-up, which may wait for that lock, is sent beside it.
 //
 // Why: the horizon passes an event only once every lower sequence has
 // committed or rolled back, so the time between an append's sequence and
@@ -108,7 +118,7 @@ func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, er
 // before it. The wake-up alone commits asynchronously (it writes nothing
 // else), so it holds that lock only for a moment, and the appends' commits
 // share their flushes again.
-func appendOnConn(ctx context.Context, c *pgx.Conn, events []Event) ([]Appended, error) {
+func appendOnConn(ctx context.Context, c *pgx.Conn, events []Event, wake bool) ([]Appended, error) {
 	payload, ids, err := encodeEvents(events)
 	if err != nil {
 		return nil, err
@@ -131,7 +141,9 @@ func appendOnConn(ctx context.Context, c *pgx.Conn, events []Event) ([]Appended,
 		committed = ct.String() == "COMMIT"
 		return nil
 	})
-	b.Queue(wakeQuery)
+	if wake {
+		b.Queue(wakeQuery)
+	}
 	err = c.SendBatch(ctx, b).Close()
 	switch {
 	case committed:
@@ -150,6 +162,57 @@ func appendOnConn(ctx context.Context, c *pgx.Conn, events []Event) ([]Appended,
 		return nil, fmt.Errorf("append events: %w", translateError(err))
 	}
 	return inInputOrder(ids, returned)
+}
+
+// wakers holds, per pool that Append committed on, the sender of its
+// wake-ups (wakeAfterCommit) while one is being sent.
+var wakers sync.Map // *pgxpool.Pool → *waker
+
+// waker sends a pool's wake-ups one at a time: an Append that commits
+// while one is being sent asks for one more, so a burst of appends costs
+// two notifications, not one each, and holds the commit lock of
+// notifying transactions that much less.
+type waker struct {
+	mu      sync.Mutex
+	running bool
+	again   bool
+}
+
+// wakeAfterCommitTimeout bounds one wake-up: a lost one costs the fan-out
+// its poll interval.
+const wakeAfterCommitTimeout = 10 * time.Second
+
+// wakeAfterCommit sends the fan-out's wake-up for an Append that
+// committed on pool, from a goroutine, so that the caller need not wait for
+// it (the transaction that notifies may wait at its commit for other
+// notifying ones).
+func wakeAfterCommit(pool *pgxpool.Pool) {
+	v, _ := wakers.LoadOrStore(pool, &waker{})
+	w := v.(*waker)
+	w.mu.Lock()
+	if w.running {
+		w.again = true
+		w.mu.Unlock()
+		return
+	}
+	w.running = true
+	w.mu.Unlock()
+	go func() {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), wakeAfterCommitTimeout)
+			_, _ = pool.Exec(ctx, wakeQuery)
+			cancel()
+			w.mu.Lock()
+			if !w.again {
+				w.running = false
+				w.mu.Unlock()
+				wakers.CompareAndDelete(pool, w)
+				return
+			}
+			w.again = false
+			w.mu.Unlock()
+		}
+	}()
 }
 
 // inTx runs f in a transaction of db, committing when f returns nil.
