@@ -16,8 +16,8 @@
 //   - latency-200, latency-1000: append commit → handler start with
 //     the fan-out running, against River's Insert commit → Work start,
 //     open loop from 32 goroutines, with commit → each step of the way
-//     (the listener's NOTIFY, the horizon round, the pool batch, River's
-//     fetch). Targets: at 200/s p50 ≤ 2.5× and p99 ≤ 2× raw River's; at
+//     (the horizon round, the pool batch, River's fetch). Targets: at
+//     200/s p50 ≤ 2.5× and p99 ≤ 2× raw River's; at
 //     1,000/s p50 ≤ 1.5× raw River's; the offered rate reached.
 //   - latency-200-loaded: latency-200 while both sides carry a background
 //     load of 1,000/s: appends for another pool (riverbus), inserts into

@@ -52,10 +52,9 @@ const (
 
 // Steps of the way from commit to handler (latencySample.Hops).
 const (
-	hopNotified = "notified" // the fan-out's listener received the append's NOTIFY
-	hopRound    = "round"    // a horizon round that passed the event committed
-	hopBatch    = "batch"    // the pool batch that inserted its job committed
-	hopFetched  = "fetched"  // River fetched the job (its attempted_at)
+	hopRound   = "round"   // a horizon round that passed the event committed
+	hopBatch   = "batch"   // the pool batch that inserted its job committed
+	hopFetched = "fetched" // River fetched the job (its attempted_at)
 )
 
 // latencySample is one run of one side.
@@ -66,7 +65,7 @@ type latencySample struct {
 	PickupP50, PickupP99 float64
 	Rate                 float64 // achieved per second
 	Events               int     // how many were measured
-	// Hops maps each step of the way (hopNotified …) to commit → that
+	// Hops maps each step of the way (hopRound …) to commit → that
 	// step, p50 and p99 in milliseconds, over the measured events. Raw
 	// River has only hopFetched.
 	Hops map[string][2]float64
@@ -144,8 +143,6 @@ func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Resu
 	timed := func(s []latencySample, h string) bool {
 		return !slices.ContainsFunc(s, func(x latencySample) bool { _, ok := x.Hops[h]; return !ok })
 	}
-	// hopNotified has no row: about 0 (the wake-up travels as fast as the
-	// commit's reply, and may arrive first); the runs' log lines have it.
 	for _, h := range []string{hopRound, hopBatch} {
 		if timed(rbs, h) {
 			rows = append(rows, Result{Scenario: name, Metric: "hop: commit → " + h + " p50", Unit: "ms",
@@ -522,24 +519,15 @@ func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context
 }
 
 // tracer collects the fan-out's steps for the events the bench appends:
-// which backend appended each and the how-manieth append on it, the
-// listener's notifications per sending backend, the horizon rounds and
-// the measured pool's batches.
+// each event's sequence, the horizon rounds and the measured pool's
+// batches.
 type tracer struct {
-	mu       sync.Mutex
-	appends  map[uuid.UUID]appendRec
-	perPID   map[uint32]int         // appends sent per backend
-	notified map[uint32][]time.Time // riverbus_event notifications per sending backend
-	rounds   []mark                 // horizon after each round, in order
-	took     []float64              // each round's duration, ms
-	holding  int                    // rounds that waited at a gap
-	batches  []mark                 // the measured pool's cursor after each batch, in order
-}
-
-type appendRec struct {
-	seq int64
-	pid uint32
-	nth int // 0 for the first append on pid
+	mu      sync.Mutex
+	seqs    map[uuid.UUID]int64
+	rounds  []mark    // horizon after each round, in order
+	took    []float64 // each round's duration, ms
+	holding int       // rounds that waited at a gap
+	batches []mark    // the measured pool's cursor after each batch, in order
 }
 
 type mark struct {
@@ -547,43 +535,23 @@ type mark struct {
 	seq int64
 }
 
-func newTracer() *tracer {
-	return &tracer{appends: map[uuid.UUID]appendRec{}, perPID: map[uint32]int{}, notified: map[uint32][]time.Time{}}
-}
+func newTracer() *tracer { return &tracer{seqs: map[uuid.UUID]int64{}} }
 
-// append appends ev in a transaction of its own on a connection of db,
-// noting which backend sent it.
+// append appends ev as the application would (outbox.Append on a pool)
+// and notes its sequence.
 func (t *tracer) append(ctx context.Context, db *pgxpool.Pool, ev outbox.Event) error {
-	c, err := db.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Release()
-	pid := c.Conn().PgConn().PID()
-	t.mu.Lock()
-	nth := t.perPID[pid]
-	t.perPID[pid]++
-	t.mu.Unlock()
-	a, err := outbox.Append(ctx, c.Conn(), ev)
+	a, err := outbox.Append(ctx, db, ev)
 	if err != nil {
 		return err
 	}
 	t.mu.Lock()
-	t.appends[ev.EventID] = appendRec{seq: a[0].GlobalSequence, pid: pid, nth: nth}
+	t.seqs[ev.EventID] = a[0].GlobalSequence
 	t.mu.Unlock()
 	return nil
 }
 
 func (t *tracer) engineTrace() engine.Trace {
 	return engine.Trace{
-		Notified: func(channel string, pid uint32, at time.Time) {
-			if channel != "riverbus_event" {
-				return
-			}
-			t.mu.Lock()
-			t.notified[pid] = append(t.notified[pid], at)
-			t.mu.Unlock()
-		},
 		Round: func(r horizon.RoundResult, at time.Time) {
 			t.mu.Lock()
 			t.rounds = append(t.rounds, mark{at, r.Horizon})
@@ -608,9 +576,7 @@ func (t *tracer) batch(res fanout.BatchResult) {
 }
 
 // steps returns, for each step, when each of ids reached it (zero: not
-// known). A backend's notifications arrive in the order of its commits,
-// but those sent before the listener was listening never arrive: its
-// last k notifications are those of its last k appends.
+// known).
 func (t *tracer) steps(ids []uuid.UUID) map[string][]time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -621,18 +587,12 @@ func (t *tracer) steps(ids []uuid.UUID) map[string][]time.Time {
 		}
 		return marks[i].at
 	}
-	out := map[string][]time.Time{hopNotified: make([]time.Time, len(ids)), hopRound: make([]time.Time, len(ids)), hopBatch: make([]time.Time, len(ids))}
+	out := map[string][]time.Time{hopRound: make([]time.Time, len(ids)), hopBatch: make([]time.Time, len(ids))}
 	for i, id := range ids {
-		a, ok := t.appends[id]
-		if !ok {
-			continue
+		if seq, ok := t.seqs[id]; ok {
+			out[hopRound][i] = first(t.rounds, seq)
+			out[hopBatch][i] = first(t.batches, seq)
 		}
-		n := t.notified[a.pid]
-		if k := a.nth - (t.perPID[a.pid] - len(n)); k >= 0 && k < len(n) {
-			out[hopNotified][i] = n[k]
-		}
-		out[hopRound][i] = first(t.rounds, a.seq)
-		out[hopBatch][i] = first(t.batches, a.seq)
 	}
 	return out
 }

@@ -240,9 +240,6 @@ func (l *Listener) Run(ctx context.Context) error {
 // started before the round that passes the event would find nothing new,
 // and the one the round then asks for would wait for it.
 func (l *Listener) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
-	if l.f.trace.Notified != nil {
-		l.f.trace.Notified(n.Channel, n.PID, time.Now())
-	}
 	switch {
 	case n.Channel == "riverbus_event":
 		l.f.services.Horizon.Wake()

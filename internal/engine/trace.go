@@ -11,9 +11,6 @@ import (
 // it. Each field may be nil. They are called from the services' goroutines,
 // so they must be quick and safe for concurrent use.
 type Trace struct {
-	// Notified is called when the listener receives a notification: the
-	// channel, the backend that sent it, and when it arrived.
-	Notified func(channel string, pid uint32, at time.Time)
 	// Round is called after each round this instance ran committed
 	// (horizon.RoundResult.Locked), with when it committed.
 	Round func(r horizon.RoundResult, at time.Time)
