@@ -28,7 +28,7 @@ type Opts struct {
 	// DatabaseURL is a PostgreSQL server to measure on; its user must be
 	// allowed to create databases. Every measurement gets a database of its
 	// own, dropped afterwards. Empty: start a throwaway server (fsync and
-	// synchronous_commit on, as in BASELINE.md) and stop it at the end.
+	// synchronous_commit on: PostgreSQL's default durability) and stop it at the end.
 	DatabaseURL string
 	// Runs is how many times each scenario is measured. Zero: RunsDefault.
 	Runs int

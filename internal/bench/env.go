@@ -67,7 +67,8 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 		e.log.Info("bench: starting a throwaway PostgreSQL (durable: fsync and synchronous_commit on)")
 		srv, err := pgserver.Start(ctx, pgserver.Opts{
 			Durable: true,
-			// BASELINE.md was measured with 256MB.
+			// The raw River and PostgreSQL figures the README compares with were
+			// measured with 256MB.
 			Settings: map[string]string{"shared_buffers": "256MB"},
 			Logf:     func(format string, args ...any) { e.log.Info("bench: " + fmt.Sprintf(format, args...)) },
 		})

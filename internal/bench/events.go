@@ -31,7 +31,7 @@ const (
 )
 
 // Every event looks like this: with the envelope around it, a job's args
-// come to about 290 bytes, the size BASELINE.md measured River with.
+// come to about 290 bytes, a typical event's size.
 const (
 	eventType = "order.placed"
 	eventTag  = "tenant=acme"
