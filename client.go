@@ -101,7 +101,7 @@ func (c *Client) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rcfg, err := riverclient.Config(riverclient.Opts{Queues: queues, Workers: c.cfg.Workers.river, Config: c.cfg.Work})
+		rcfg, err := riverclient.Config(riverclient.Opts{Queues: queues, Workers: c.cfg.Workers.river, DB: c.db, Config: c.cfg.Work})
 		if err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}

@@ -31,11 +31,18 @@ type PoolUpdateParams struct {
 	Ordering     bustype.Ordering
 	OnDeadLetter bustype.DeadLetterPolicy
 	Grouping     bustype.Grouping
+	// Retry changes the fields of the pool's retry schedule that are not
+	// zero; Retry.Jitter -1 turns jitter off.
+	Retry bustype.RetrySchedule
 }
 
 // PoolUpdate changes the settings of an existing pool; the settings params
 // leaves zero keep their values. Its cursor and start point stay where they
 // are; a change of filter, ordering or grouping applies from the cursor on.
+// A new retry schedule applies to the failures that follow, once the River
+// clients working the pool have refreshed their copy of the pool settings
+// (within RetryRefreshInterval); a job already waiting for its retry keeps
+// its time.
 func (c *Client) PoolUpdate(ctx context.Context, name string, params PoolUpdateParams) (*bustype.Pool, error) {
 	p, err := pools.Get(ctx, c.db, name)
 	if err != nil {
@@ -43,7 +50,22 @@ func (c *Client) PoolUpdate(ctx context.Context, name string, params PoolUpdateP
 	}
 	merged := bustype.PoolParams{
 		Name: name, Queue: p.Queue, EventTypes: p.EventTypes, Tags: p.Tags, MaxAttempts: p.MaxAttempts,
-		Priority: p.Priority, Ordering: p.Ordering, OnDeadLetter: p.OnDeadLetter, Grouping: p.Grouping, Update: true,
+		Priority: p.Priority, Ordering: p.Ordering, OnDeadLetter: p.OnDeadLetter, Grouping: p.Grouping, Retry: p.Retry, Update: true,
+	}
+	if merged.Retry.Jitter == 0 {
+		merged.Retry.Jitter = -1 // none, where 0 in params is the default
+	}
+	if params.Retry.Base != 0 {
+		merged.Retry.Base = params.Retry.Base
+	}
+	if params.Retry.Factor != 0 {
+		merged.Retry.Factor = params.Retry.Factor
+	}
+	if params.Retry.MaxDelay != 0 {
+		merged.Retry.MaxDelay = params.Retry.MaxDelay
+	}
+	if params.Retry.Jitter != 0 {
+		merged.Retry.Jitter = params.Retry.Jitter
 	}
 	if params.Queue != "" {
 		merged.Queue = params.Queue

@@ -82,6 +82,8 @@ type StatusPool struct {
 	Grouping   bustype.Grouping `json:"grouping"`
 	Queue      string           `json:"queue"`
 	StartAfter int64            `json:"start_after"`
+	// Retry is the pool's retry schedule.
+	Retry bustype.RetrySchedule `json:"retry"`
 	// Cursor: every event at or below it has been turned into a job of the
 	// pool or filtered out.
 	Cursor int64 `json:"cursor"`
@@ -211,7 +213,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 			ordering += "/" + string(p.OnDeadLetter) // "key/block"
 		}
 		sp := &StatusPool{Name: p.Name, Status: p.Status, Ordering: ordering, Grouping: p.Grouping, Queue: p.Queue,
-			StartAfter: p.StartAfter, Cursor: p.Cursor, Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint),
+			StartAfter: p.StartAfter, Retry: p.Retry, Cursor: p.Cursor, Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint),
 			EventsFannedOut: p.EventsFannedOut, LateEventsDelivered: p.LateEventsDelivered, Jobs: map[bustype.JobState]int64{}}
 		holder, err := checkpoints.GetHolder(ctx, tx, p.Name)
 		if err != nil {

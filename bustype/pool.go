@@ -127,6 +127,8 @@ type Pool struct {
 	Ordering     Ordering         `json:"ordering"`
 	OnDeadLetter DeadLetterPolicy `json:"on_dead_letter"`
 	Grouping     Grouping         `json:"grouping"`
+	// Retry is when a failed job of the pool is attempted again.
+	Retry RetrySchedule `json:"retry"`
 	// Cursor: every event <= Cursor has been turned into a job or filtered out.
 	Cursor int64 `json:"cursor"`
 	// Checkpoint: every job of the pool for an event <= Checkpoint is finished.
@@ -249,6 +251,9 @@ type PoolParams struct {
 	OnDeadLetter DeadLetterPolicy
 	// Grouping is GroupNone (default) or GroupTransaction.
 	Grouping Grouping
+	// Retry is when a failed job is attempted again. Zero fields: the
+	// defaults (RetryScheduleDefault); Retry.Jitter -1: no jitter.
+	Retry RetrySchedule
 	// From is where a new pool starts. Zero value: the beginning. Ignored
 	// when the pool already exists.
 	From StartPosition

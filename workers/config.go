@@ -68,6 +68,12 @@ type Config struct {
 	// either way, so a positive period is safe too.
 	DiscardedJobRetentionPeriod time.Duration
 
+	// RetryRefreshInterval is how old a worker process's copy of the pools'
+	// retry schedules may get before it reads them again: a `pool update`
+	// of a schedule reaches every worker process's retries within it.
+	// Zero: 10 seconds.
+	RetryRefreshInterval time.Duration
+
 	// Logger receives River's logs. Nil: River's default, warnings and
 	// errors as text on standard output.
 	Logger *slog.Logger

@@ -35,16 +35,19 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 		ordering, onDead, group  string
 		maxAttempts, priority    int
 		allowUpdate              bool
+		retry                    bustype.RetrySchedule
 	)
 	use, short := "create NAME", "Create a pool (a no-op when it exists with the same settings)"
 	example := `  riverbus pool create billing --types invoice.created,invoice.paid --max-attempts 10
   riverbus pool create eu-audit --tags region=eu --from now
   riverbus pool create rebuild --from 0
   riverbus pool create accounts --ordering key --on-dead-letter block
-  riverbus pool create ledger --group transaction`
+  riverbus pool create ledger --group transaction
+  riverbus pool create hooks --retry-base 1s --retry-factor 2 --retry-max-delay 3m --retry-jitter 0.1`
 	if update {
-		use, short = "update NAME", "Change a pool's queue, filters, attempts or priority"
-		example = `  riverbus pool update billing --types invoice.created --max-attempts 5`
+		use, short = "update NAME", "Change a pool's queue, filters, attempts, priority or retry schedule"
+		example = `  riverbus pool update billing --types invoice.created --max-attempts 5
+  riverbus pool update hooks --retry-max-delay 10m --retry-jitter 0`
 	}
 	cmd := &cobra.Command{
 		Use:     use,
@@ -56,6 +59,9 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 			if err != nil {
 				return &usageError{cmd: cmd, err: fmt.Errorf("--from: %w", err)}
 			}
+			if err := retryFlags(&retry, cmd.Flags().Changed); err != nil {
+				return &usageError{cmd: cmd, err: err}
+			}
 			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
@@ -65,6 +71,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 				Name: args[0], Queue: queue, EventTypes: splitList(types), Tags: splitList(tags),
 				MaxAttempts: maxAttempts, Priority: priority, From: pos,
 				Ordering: bustype.Ordering(ordering), OnDeadLetter: bustype.DeadLetterPolicy(onDead), Grouping: bustype.Grouping(group),
+				Retry: retry,
 			}
 			var (
 				p       *bustype.Pool
@@ -88,8 +95,8 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 			case created:
 				fmt.Fprintf(a.stdout, "created pool %s (queue %s, starts after sequence %d)\n", p.Name, p.Queue, p.StartAfter)
 			case update || allowUpdate:
-				fmt.Fprintf(a.stdout, "pool %s: queue=%s types=%s tags=%s max_attempts=%d priority=%d ordering=%s on_dead_letter=%s group=%s\n",
-					p.Name, p.Queue, listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts, p.Priority, p.Ordering, p.OnDeadLetter, p.Grouping)
+				fmt.Fprintf(a.stdout, "pool %s: queue=%s types=%s tags=%s max_attempts=%d priority=%d ordering=%s on_dead_letter=%s group=%s retry: %s\n",
+					p.Name, p.Queue, listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts, p.Priority, p.Ordering, p.OnDeadLetter, p.Grouping, p.Retry)
 			default:
 				fmt.Fprintf(a.stdout, "pool %s exists with these settings; nothing to do\n", p.Name)
 			}
@@ -105,6 +112,10 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 	f.StringVar(&ordering, "ordering", "", "none (default), key (one job per event key at a time, in sequence order), or global (one job at a time)")
 	f.StringVar(&onDead, "on-dead-letter", "", "in an ordered pool, what a dead letter does to its key: release (default: the key goes on) or block (the key waits for dlq retry or purge)")
 	f.StringVar(&group, "group", "", "none (default: one job per event) or transaction (one job per appending transaction, with all its events)")
+	f.DurationVar(&retry.Base, "retry-base", 0, fmt.Sprintf("delay before a failed job's first retry; each later one is --retry-factor times longer (default %s)", bustype.RetryBaseDefault))
+	f.Float64Var(&retry.Factor, "retry-factor", 0, fmt.Sprintf("how much longer each retry's delay is than the one before, 1 (fixed) to %g (default %g)", bustype.RetryFactorMax, bustype.RetryFactorDefault))
+	f.DurationVar(&retry.MaxDelay, "retry-max-delay", 0, fmt.Sprintf("longest delay before a retry, a webhook's Retry-After included, at most %s (default %s)", bustype.RetryMaxDelayMax, bustype.RetryMaxDelayDefault))
+	f.Float64Var(&retry.Jitter, "retry-jitter", 0, fmt.Sprintf("largest random fraction a delay is shortened by, 0 (none) to 1 (default %g)", bustype.RetryJitterDefault))
 	if !update {
 		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning, now, or a sequence number (delivers events after it)")
 		f.BoolVar(&allowUpdate, "update", false, "change the settings of an existing pool instead of failing")
@@ -140,7 +151,37 @@ func updateParams(params bustype.PoolParams, changed func(flag string) bool) riv
 	if changed("group") {
 		u.Grouping = params.Grouping
 	}
+	// retryFlags made the flags' values what PoolUpdateParams expects (an
+	// unchanged flag is zero, which keeps the pool's value).
+	u.Retry = params.Retry
 	return u
+}
+
+// retryFlags checks the --retry-* flags given and turns an explicit
+// --retry-jitter 0 into -1, PoolParams' "no jitter" (its zero is the
+// default). Out-of-range values are left to the pool's validation, which
+// names them; a zero delay or factor given explicitly is refused here, as
+// it would silently mean the default.
+func retryFlags(r *bustype.RetrySchedule, changed func(flag string) bool) error {
+	switch {
+	case changed("retry-base") && r.Base <= 0:
+		return fmt.Errorf("--retry-base must be at least %s, got %s", bustype.RetryDelayMin, r.Base)
+	case changed("retry-factor") && r.Factor <= 0:
+		return fmt.Errorf("--retry-factor must be between 1 and %g, got %g", bustype.RetryFactorMax, r.Factor)
+	case changed("retry-max-delay") && r.MaxDelay <= 0:
+		return fmt.Errorf("--retry-max-delay must be positive, got %s", r.MaxDelay)
+	case changed("retry-jitter") && r.Jitter < 0:
+		return fmt.Errorf("--retry-jitter must be between 0 and 1, got %g", r.Jitter)
+	case changed("retry-jitter") && r.Jitter == 0:
+		r.Jitter = -1
+	}
+	return nil
+}
+
+// retryLabel is a pool's retry schedule in a table cell: "1s x2 max 3m0s
+// jitter 0.1".
+func retryLabel(s bustype.RetrySchedule) string {
+	return fmt.Sprintf("%s x%g max %s jitter %g", s.Base, s.Factor, s.MaxDelay, s.Jitter)
 }
 
 func listOrAll(s []string) string {
@@ -176,10 +217,10 @@ func (a *app) poolListCommand() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "POOL\tSTATUS\tQUEUE\tORDERING\tGROUP\tCURSOR\tCHECKPOINT\tTYPES\tTAGS\tMAX ATTEMPTS")
+			fmt.Fprintln(w, "POOL\tSTATUS\tQUEUE\tORDERING\tGROUP\tCURSOR\tCHECKPOINT\tTYPES\tTAGS\tMAX ATTEMPTS\tRETRY")
 			for _, p := range pools {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\n", p.Name, p.Status, p.Queue, orderingLabel(p), p.Grouping,
-					p.Cursor, p.Checkpoint, listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", p.Name, p.Status, p.Queue, orderingLabel(p), p.Grouping,
+					p.Cursor, p.Checkpoint, listOrAll(p.EventTypes), listOrAll(p.Tags), p.MaxAttempts, retryLabel(p.Retry))
 			}
 			return w.Flush()
 		},

@@ -70,6 +70,10 @@ func normalize(p *bustype.PoolParams) error {
 	if p.Grouping, err = bustype.ParseGrouping(string(p.Grouping)); err != nil {
 		return err
 	}
+	p.Retry = p.Retry.WithDefaults()
+	if err := p.Retry.Validate(); err != nil {
+		return err
+	}
 	if after, ok := p.From.After(); ok && after < 0 {
 		return fmt.Errorf("%w: start sequence must be >= 0, got %d", bustype.ErrInvalidPool, after)
 	}
@@ -108,8 +112,10 @@ func Create(ctx context.Context, db database.DB, params bustype.PoolParams) (*bu
 				return fmt.Errorf("read last sequence: %w", err)
 			}
 		}
+		r := params.Retry
 		rows, err := tx.Query(ctx, sqlPoolInsert, params.Name, params.Queue, params.EventTypes, params.Tags,
-			params.MaxAttempts, params.Priority, startAfter, params.Ordering, params.OnDeadLetter, params.Grouping)
+			params.MaxAttempts, params.Priority, startAfter, params.Ordering, params.OnDeadLetter, params.Grouping,
+			r.Base, r.Factor, r.MaxDelay, r.Jitter)
 		if err != nil {
 			return err
 		}
@@ -133,12 +139,13 @@ func Create(ctx context.Context, db database.DB, params bustype.PoolParams) (*bu
 			return nil
 		}
 		if !params.Update {
-			return fmt.Errorf("%w: pool %q has queue=%s types=%v tags=%v max_attempts=%d priority=%d ordering=%s on_dead_letter=%s grouping=%s; set Update to change them",
+			return fmt.Errorf("%w: pool %q has queue=%s types=%v tags=%v max_attempts=%d priority=%d ordering=%s on_dead_letter=%s grouping=%s retry %s; set Update to change them",
 				bustype.ErrPoolExists, existing.Name, existing.Queue, existing.EventTypes, existing.Tags, existing.MaxAttempts, existing.Priority,
-				existing.Ordering, existing.OnDeadLetter, existing.Grouping)
+				existing.Ordering, existing.OnDeadLetter, existing.Grouping, existing.Retry)
 		}
 		pool, err = collectOne(tx.Query(ctx, sqlPoolUpdate, params.Name, params.Queue, params.EventTypes, params.Tags,
-			params.MaxAttempts, params.Priority, params.Ordering, params.OnDeadLetter, params.Grouping))
+			params.MaxAttempts, params.Priority, params.Ordering, params.OnDeadLetter, params.Grouping,
+			r.Base, r.Factor, r.MaxDelay, r.Jitter))
 		if err != nil {
 			return err
 		}
@@ -165,7 +172,8 @@ func sameDelivery(p *bustype.Pool, params *bustype.PoolParams) bool {
 func sameSettings(p *bustype.Pool, params *bustype.PoolParams) bool {
 	return p.Queue == params.Queue && slices.Equal(p.EventTypes, params.EventTypes) &&
 		slices.Equal(p.Tags, params.Tags) && p.MaxAttempts == params.MaxAttempts && p.Priority == params.Priority &&
-		p.Ordering == params.Ordering && p.OnDeadLetter == params.OnDeadLetter && p.Grouping == params.Grouping
+		p.Ordering == params.Ordering && p.OnDeadLetter == params.OnDeadLetter && p.Grouping == params.Grouping &&
+		p.Retry == params.Retry
 }
 
 // Get returns one pool, or an error wrapping bustype.ErrUnknownPool that lists
@@ -279,7 +287,7 @@ func scanPool(row pgx.CollectableRow) (*bustype.Pool, error) {
 	var p bustype.Pool
 	var maxAttempts, priority int16
 	err := row.Scan(&p.Name, &p.Queue, &p.EventTypes, &p.Tags, &maxAttempts, &priority, &p.StartAfter, &p.Status,
-		&p.Ordering, &p.OnDeadLetter, &p.Grouping,
+		&p.Ordering, &p.OnDeadLetter, &p.Grouping, &p.Retry.Base, &p.Retry.Factor, &p.Retry.MaxDelay, &p.Retry.Jitter,
 		&p.Cursor, &p.Checkpoint, &p.EventsFannedOut, &p.LateEventsDelivered, &p.CreatedAt, &p.UpdatedAt)
 	p.MaxAttempts, p.Priority = int(maxAttempts), int(priority)
 	return &p, err

@@ -3,7 +3,7 @@ package pools
 // All SQL of the pools package. Identifiers are never built from input.
 
 const poolColumns = `name, queue, event_types, tags, max_attempts, priority, start_after, status,
-	ordering, on_dead_letter, grouping,
+	ordering, on_dead_letter, grouping, retry_base, retry_factor, retry_max_delay, retry_jitter,
 	cursor_seq, coalesce((SELECT c.checkpoint_seq FROM riverbus_pool_checkpoint c WHERE c.pool = name), start_after),
 	events_fanned_out, late_events_delivered, created_at, updated_at`
 
@@ -11,8 +11,8 @@ const (
 	sqlLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
 
 	sqlPoolInsert = `INSERT INTO riverbus_pool (name, queue, event_types, tags, max_attempts, priority, start_after, cursor_seq,
-	ordering, on_dead_letter, grouping)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)
+	ordering, on_dead_letter, grouping, retry_base, retry_factor, retry_max_delay, retry_jitter)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (name) DO NOTHING
 RETURNING ` + poolColumns
 
@@ -21,7 +21,8 @@ RETURNING ` + poolColumns
 	sqlPoolList         = `SELECT ` + poolColumns + ` FROM riverbus_pool ORDER BY name`
 
 	sqlPoolUpdate = `UPDATE riverbus_pool SET queue = $2, event_types = $3, tags = $4, max_attempts = $5, priority = $6,
-	ordering = $7, on_dead_letter = $8, grouping = $9, updated_at = now()
+	ordering = $7, on_dead_letter = $8, grouping = $9,
+	retry_base = $10, retry_factor = $11, retry_max_delay = $12, retry_jitter = $13, updated_at = now()
 WHERE name = $1 RETURNING ` + poolColumns
 
 	// Where the pool's delivery (re)starts, for transaction groups

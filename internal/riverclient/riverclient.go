@@ -1,7 +1,8 @@
 // Package riverclient builds the River client configuration of riverbus's
 // workers from a workers.Config: riverbus's defaults (workers.Config
 // documents each and why), the queues a riverbus.Client derives from its
-// pools, and the lane hand-off middleware ordered pools need.
+// pools, the lane hand-off middleware ordered pools need, and the retry
+// policy that follows each pool's retry schedule (internal/retry).
 package riverclient
 
 import (
@@ -12,7 +13,9 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/lanes"
+	"github.com/riverbus/riverbus/internal/retry"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -31,13 +34,18 @@ type Opts struct {
 	// not empty.
 	Workers *river.Workers
 
+	// DB is where the pools' retry schedules are read. Nil: River's
+	// default retry policy (a client that only inserts needs none).
+	DB database.DB
+
 	// Config holds the settings; zero fields get riverbus's defaults.
 	workers.Config
 }
 
 // Config returns the river.Config riverbus recommends for a client
 // that works pool jobs, built from opts. The caller may change the result
-// further (RetryPolicy, Middleware, ...) before river.NewClient. The error
+// further (Middleware, ...) before river.NewClient; a RetryPolicy of its own
+// replaces the pools' schedules. The error
 // names the field of opts that is not valid.
 func Config(opts Opts) (*river.Config, error) {
 	cfg := &river.Config{
@@ -105,5 +113,16 @@ func Config(opts Opts) (*river.Config, error) {
 	}
 	// Ordered pools hand a key to its next job as soon as a job succeeds.
 	cfg.Middleware = append(cfg.Middleware, &lanes.Handoff{})
+
+	// Failed jobs retry on their pool's schedule. The policy is made even
+	// without a DB, so a bad RetryRefreshInterval is reported either way.
+	policy, err := retry.New(opts.DB, &retry.Config{RefreshInterval: opts.RetryRefreshInterval, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if opts.DB != nil {
+		cfg.RetryPolicy = policy
+		cfg.Middleware = append(cfg.Middleware, policy.Middleware())
+	}
 	return cfg, nil
 }

@@ -89,9 +89,11 @@ type StatusError struct {
 	// Body is the start of the response body, at most ErrorBodyMax bytes,
 	// with invalid UTF-8 and control characters replaced.
 	Body string
-	// RetryAfter is the response's Retry-After header, empty when none. It
-	// is reported, not obeyed: River's retry policy decides when the next
-	// attempt is.
+	// RetryAfter is the response's Retry-After header, empty when none.
+	// When it parses (seconds, or an HTTP date), the error the worker
+	// returns wraps a workers.RetryAfterError, and the pool's retry policy
+	// waits that long before the next attempt, at most the pool's maximum
+	// delay (README, "Retry schedules").
 	RetryAfter string
 }
 
@@ -285,11 +287,45 @@ func (w *worker) deliver(ctx context.Context, job *river.Job[poolArgs]) (int, er
 	}
 	// A body that cannot be read in time still leaves the status to report.
 	start, _ := io.ReadAll(io.LimitReader(resp.Body, ErrorBodyMax))
-	return resp.StatusCode, fmt.Errorf("POST %s: %w", w.shownURL, &StatusError{
+	retryAfter := resp.Header.Get("Retry-After")
+	err = fmt.Errorf("POST %s: %w", w.shownURL, &StatusError{
 		StatusCode: resp.StatusCode,
 		Body:       printable(start),
-		RetryAfter: printable([]byte(resp.Header.Get("Retry-After"))),
+		RetryAfter: printable([]byte(retryAfter)),
 	})
+	if delay, ok := ParseRetryAfter(retryAfter, time.Now()); ok {
+		err = workers.RetryAfter(err, delay)
+	}
+	return resp.StatusCode, err
+}
+
+// ParseRetryAfter parses a Retry-After header value (RFC 9110 10.2.3):
+// a number of seconds, or an HTTP date, which gives its distance from now
+// (zero for a date in the past). A malformed value gives false: it is
+// ignored, and the pool's schedule alone decides.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if v[0] >= '0' && v[0] <= '9' {
+		secs, err := strconv.ParseUint(v, 10, 63)
+		if err != nil {
+			if errors.Is(err, strconv.ErrRange) {
+				return time.Duration(1<<63 - 1), true // the cap applies
+			}
+			return 0, false
+		}
+		if secs > uint64((1<<63-1)/time.Second) {
+			return time.Duration(1<<63 - 1), true
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(at.Sub(now), 0), true
 }
 
 // errTimeout is the cause of a delivery's context when Timeout passes.

@@ -1,0 +1,27 @@
+-- A retry schedule per pool: after the n-th failure a job is attempted
+-- again after retry_base × retry_factor^(n-1), at most retry_max_delay,
+-- shortened at random by up to the fraction retry_jitter (README, "Retry
+-- schedules"). The River client riverbus builds reads these columns
+-- (internal/retry) as its retry policy, for Go handlers and webhooks alike.
+--
+-- Before this, every pool had River's default: attempt⁴ seconds (1s, 16s,
+-- 81s ... about 4 days at attempt 24), so a job of the default 25 attempts
+-- held its pool's checkpoint for about 20 days before it became a dead
+-- letter. The defaults below apply to every existing pool as well: 1s,
+-- 2s, 4s ... 2m8s, then 3 minutes, 10% jitter; about 55 minutes from the
+-- first failure to the dead letter of a 25-attempt job. A job already
+-- waiting for a retry keeps the time it has; its next failure follows the
+-- new schedule.
+--
+-- The owner changes these columns (pool create and update); 011's grant
+-- of UPDATE to riverbus_worker lists its columns, so workers only read them.
+ALTER TABLE riverbus_pool
+  ADD COLUMN retry_base interval NOT NULL DEFAULT '1 second'
+    CONSTRAINT riverbus_pool_retry_base CHECK (retry_base >= interval '1 millisecond'),
+  ADD COLUMN retry_factor double precision NOT NULL DEFAULT 2
+    CONSTRAINT riverbus_pool_retry_factor CHECK (retry_factor BETWEEN 1 AND 10),
+  ADD COLUMN retry_max_delay interval NOT NULL DEFAULT '3 minutes'
+    CONSTRAINT riverbus_pool_retry_max_delay CHECK (retry_max_delay <= interval '7 days'),
+  ADD COLUMN retry_jitter double precision NOT NULL DEFAULT 0.1
+    CONSTRAINT riverbus_pool_retry_jitter CHECK (retry_jitter BETWEEN 0 AND 1),
+  ADD CONSTRAINT riverbus_pool_retry_max_delay_base CHECK (retry_max_delay >= retry_base);
