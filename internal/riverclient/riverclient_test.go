@@ -9,7 +9,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/retry"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -35,6 +38,7 @@ func TestConfig(t *testing.T) {
 		require.Equal(t, time.Duration(-1), cfg.DiscardedJobRetentionPeriod)
 		require.Equal(t, map[string]river.QueueConfig{"billing": {MaxWorkers: 50}, "audit": {MaxWorkers: 5}}, cfg.Queues)
 		require.Same(t, ws, cfg.Workers)
+		require.Nil(t, cfg.RetryPolicy, "no DB: River's default")
 
 		// River accepts it.
 		_, err = river.NewClient(riverpgxv5.New(pgtest.NewPool(t)), cfg)
@@ -76,6 +80,7 @@ func TestConfig(t *testing.T) {
 		{"RescueNegative", riverclient.Opts{Config: workers.Config{RescueStuckJobsAfter: -time.Second}}, "RescueStuckJobsAfter must be positive, got -1s"},
 		{"RescueNotAfterTimeout", riverclient.Opts{Config: workers.Config{JobTimeout: time.Minute, RescueStuckJobsAfter: time.Minute}}, "RescueStuckJobsAfter must be longer than JobTimeout (1m0s), got 1m0s"},
 		{"DiscardedRetentionNegative", riverclient.Opts{Config: workers.Config{DiscardedJobRetentionPeriod: -time.Hour}}, "DiscardedJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
+		{"RetryRefreshNegative", riverclient.Opts{Config: workers.Config{RetryRefreshInterval: -time.Second}}, "RetryRefreshInterval must be positive, got -1s"},
 		{"QueuesWithoutWorkers", riverclient.Opts{Queues: map[string]int{"billing": 1}}, "Workers must be set when Queues is not empty"},
 		{"QueueEmptyName", riverclient.Opts{Queues: map[string]int{"": 1}, Workers: ws}, "Queues must not have an empty queue name"},
 		{"QueueZeroWorkers", riverclient.Opts{Queues: map[string]int{"billing": 0}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 0`},
@@ -88,6 +93,25 @@ func TestConfig(t *testing.T) {
 			require.Nil(t, cfg)
 		})
 	}
+}
+
+// With a DB, the pools' schedules are River's retry policy, with the
+// middleware that hands a handler's Retry-After to it.
+func TestConfigInstallsThePoolsRetryPolicy(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewPool(t)
+	cfg, err := riverclient.Config(riverclient.Opts{DB: db})
+	require.NoError(t, err)
+	policy, ok := cfg.RetryPolicy.(*retry.Policy)
+	require.True(t, ok, "RetryPolicy is %T", cfg.RetryPolicy)
+	require.Len(t, cfg.Middleware, 2, "lane hand-off and Retry-After")
+	_, _, err = pools.Create(context.Background(), db, bustype.PoolParams{Name: "billing"})
+	require.NoError(t, err)
+	s, ok := policy.Schedule("billing")
+	require.True(t, ok)
+	require.Equal(t, bustype.RetryScheduleDefault, s)
+	_, err = river.NewClient(riverpgxv5.New(db), cfg)
+	require.NoError(t, err)
 }
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
