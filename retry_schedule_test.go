@@ -1,41 +1,20 @@
 package riverbus_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/riverbustest"
 	"github.com/riverbus/riverbus/workers"
 )
-
-// retryDelay waits until job id has failed n times and waits for its next
-// attempt, and returns scheduled_at minus the time River recorded for the
-// last failed attempt (the attempt's start, by River's clock).
-func retryDelay(t *testing.T, db *pgxpool.Pool, id int64, n int) time.Duration {
-	t.Helper()
-	var (
-		state     string
-		errs      int
-		attemptAt time.Time
-		scheduled time.Time
-	)
-	testwait.Eventually(t, 30*time.Second, func() bool {
-		require.NoError(t, db.QueryRow(context.Background(), `SELECT state, coalesce(array_length(errors, 1), 0), scheduled_at,
-			coalesce((errors[array_length(errors, 1)]->>'at')::timestamptz, 'epoch')
-			FROM river_job WHERE id = $1`, id).Scan(&state, &errs, &scheduled, &attemptAt))
-		return state == "retryable" && errs == n
-	}, "job %d: failed %d times and retryable", id, n)
-	return scheduled.Sub(attemptAt)
-}
 
 // TestFailedJobRetriesOnItsPoolsSchedule runs a failing handler under a
 // started Client and checks, in the job's row, that each retry is
@@ -66,14 +45,14 @@ func TestFailedJobRetriesOnItsPoolsSchedule(t *testing.T) {
 	// Allow for the time between the attempt's start and the policy's
 	// clock reading: the handler's run and River's bookkeeping.
 	const slack = 30 * time.Second
-	d := retryDelay(t, b.db, id, 1)
+	d := jobtest.WaitRetryDelay(t, b.db, id, 1)
 	require.GreaterOrEqual(t, d, 10*time.Minute)
 	require.Less(t, d, 10*time.Minute+slack)
 
 	// An operator's retry runs it now; its next failure is the second.
 	_, err = client.River().JobRetry(ctx, id)
 	require.NoError(t, err)
-	d = retryDelay(t, b.db, id, 2)
+	d = jobtest.WaitRetryDelay(t, b.db, id, 2)
 	require.GreaterOrEqual(t, d, 20*time.Minute)
 	require.Less(t, d, 20*time.Minute+slack)
 
@@ -82,7 +61,7 @@ func TestFailedJobRetriesOnItsPoolsSchedule(t *testing.T) {
 	require.NoError(t, err)
 	_, err = client.River().JobRetry(ctx, id)
 	require.NoError(t, err)
-	d = retryDelay(t, b.db, id, 3)
+	d = jobtest.WaitRetryDelay(t, b.db, id, 3)
 	require.GreaterOrEqual(t, d, 15*time.Minute, "40m capped at the new 15m")
 	require.Less(t, d, 15*time.Minute+slack)
 }

@@ -48,6 +48,10 @@ func TestRescuerRetriesStuckJobsOfPoolsThisClientDoesNotWork(t *testing.T) {
 	jobtest.CreatePool(t, db, "ledger", "ledger", 5)
 	withAttemptsLeft := insertStuck(t, db, "ledger", 1, 1, 5)
 	lastAttempt := insertStuck(t, db, "ledger", 2, 5, 5)
+	// The retry follows the pool's schedule (migration 014), not River's
+	// default (1s after a first failure).
+	_, err := db.Exec(context.Background(), `UPDATE riverbus_pool SET retry_base = '10 minutes', retry_max_delay = '1 hour', retry_jitter = 0 WHERE name = 'ledger'`)
+	require.NoError(t, err)
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[paymentArgs]) error { return nil }))
@@ -56,6 +60,9 @@ func TestRescuerRetriesStuckJobsOfPoolsThisClientDoesNotWork(t *testing.T) {
 	retried := jobtest.WaitJobState(t, db, withAttemptsLeft, "retryable")
 	require.Equal(t, 1, retried.Attempt)
 	require.Equal(t, 1, retried.Errors, "the rescuer's error is kept")
+	var delay time.Duration
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT scheduled_at - (errors[1]->>'at')::timestamptz FROM river_job WHERE id = $1`, withAttemptsLeft).Scan(&delay))
+	require.InDelta(t, (10 * time.Minute).Seconds(), delay.Seconds(), 30, "the pool's 10 minutes, got %s", delay)
 	jobtest.WaitJobState(t, db, lastAttempt, "discarded")
 	client, err := riverbus.NewClient(db, nil)
 	require.NoError(t, err)

@@ -160,3 +160,23 @@ func WaitJobState(t testing.TB, db *pgxpool.Pool, id int64, state string) Job {
 	}, "job %d %s (now %+v)", id, state, &j)
 	return j
 }
+
+// WaitRetryDelay waits up to 30 seconds until job id has failed failures
+// times and waits for its next attempt (retryable), and returns how long
+// after the start of its last attempt, as River recorded it in the job's
+// errors, that next attempt is scheduled.
+func WaitRetryDelay(t testing.TB, db *pgxpool.Pool, id int64, failures int) time.Duration {
+	t.Helper()
+	var (
+		state            string
+		errs             int
+		scheduled, start time.Time
+	)
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		require.NoError(t, db.QueryRow(context.Background(), `SELECT state, coalesce(array_length(errors, 1), 0), scheduled_at,
+			coalesce((errors[array_length(errors, 1)]->>'at')::timestamptz, 'epoch')
+			FROM river_job WHERE id = $1`, id).Scan(&state, &errs, &scheduled, &start))
+		return state == "retryable" && errs == failures
+	}, "job %d: failed %d times and retryable (now %s after %d)", id, failures, &state, &errs)
+	return scheduled.Sub(start)
+}

@@ -25,3 +25,35 @@ ALTER TABLE riverbus_pool
   ADD COLUMN retry_jitter double precision NOT NULL DEFAULT 0.1
     CONSTRAINT riverbus_pool_retry_jitter CHECK (retry_jitter BETWEEN 0 AND 1),
   ADD CONSTRAINT riverbus_pool_retry_max_delay_base CHECK (retry_max_delay >= retry_base);
+
+-- A stuck job that River's rescuer discards because the leading client has
+-- no worker for its pool is made retryable by riverbus_rescue_retry (005),
+-- which scheduled it by River's default (attempt⁴ seconds). It now follows
+-- the pool's schedule too, as River's rescuer does for the pools the leader
+-- works (it asks the client's retry policy): failure n (the rescuer's
+-- error counted) waits retry_base × retry_factor^(n-1), at most
+-- retry_max_delay, shortened by up to retry_jitter. The exponent stops at
+-- 300, where 10^300 still fits a double and the cap has long applied.
+CREATE OR REPLACE FUNCTION riverbus_rescue_retry() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  base_secs double precision;
+  factor double precision;
+  max_secs double precision;
+  jitter double precision;
+BEGIN
+  IF NEW.errors IS NOT NULL AND cardinality(NEW.errors) > 0
+    AND NEW.errors[cardinality(NEW.errors)]->>'error' = 'Stuck job rescued by JobRescuer'
+  THEN
+    SELECT extract(epoch FROM p.retry_base), p.retry_factor, extract(epoch FROM p.retry_max_delay), p.retry_jitter
+      INTO base_secs, factor, max_secs, jitter
+      FROM riverbus_pool p WHERE p.name = NEW.kind;
+    IF FOUND THEN
+      NEW.state := 'retryable';
+      NEW.finalized_at := NULL;
+      NEW.scheduled_at := now() + make_interval(secs =>
+        least(base_secs * power(factor, least(cardinality(NEW.errors) - 1, 300)), max_secs) * (1 - jitter * random()));
+    END IF;
+  END IF;
+  RETURN NEW;
+END
+$$;

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/testwait"
@@ -41,25 +41,6 @@ func TestParseRetryAfter(t *testing.T) {
 		require.Equal(t, tc.ok, ok, "%q", tc.in)
 		require.Equal(t, tc.want, got, "%q", tc.in)
 	}
-}
-
-// retryDelay waits until job id has failed n times and waits for its next
-// attempt, and returns scheduled_at minus the start of its last attempt
-// as River recorded it.
-func retryDelay(t *testing.T, db *pgxpool.Pool, id int64, n int) time.Duration {
-	t.Helper()
-	var (
-		state            string
-		errs             int
-		scheduled, start time.Time
-	)
-	testwait.Eventually(t, 30*time.Second, func() bool {
-		require.NoError(t, db.QueryRow(context.Background(), `SELECT state, coalesce(array_length(errors, 1), 0), scheduled_at,
-			coalesce((errors[array_length(errors, 1)]->>'at')::timestamptz, 'epoch')
-			FROM river_job WHERE id = $1`, id).Scan(&state, &errs, &scheduled, &start))
-		return state == "retryable" && errs == n
-	}, "job %d: failed %d times and retryable", id, n)
-	return scheduled.Sub(start)
 }
 
 // A receiver's Retry-After is honoured within the pool's maximum delay,
@@ -100,10 +81,10 @@ func TestRetryAfterWithinThePoolsMaxDelay(t *testing.T) {
 		require.GreaterOrEqual(t, d, want)
 		require.Less(t, d, want+slack)
 	}
-	within(retryDelay(t, db, id, 1), 2*time.Minute)
+	within(jobtest.WaitRetryDelay(t, db, id, 1), 2*time.Minute)
 	for n, want := range []time.Duration{5 * time.Minute, 40 * time.Second, 80 * time.Second} {
 		_, err := client.River().JobRetry(ctx, id) // an operator's retry: at once
 		require.NoError(t, err)
-		within(retryDelay(t, db, id, n+2), want)
+		within(jobtest.WaitRetryDelay(t, db, id, n+2), want)
 	}
 }
