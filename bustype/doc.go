@@ -12,7 +12,7 @@
 // # Sections
 //
 //   - Events: Event
-//   - Pools: Pool, PoolParams, StartPosition and the typed settings
+//   - Pools: Pool, PoolParams, StartPosition, RetrySchedule and the typed settings
 //   - Dead letters: DeadLetter, DeadLetterListParams, DeadLetterRetryResult
 //   - Checkpoints: Checkpoint, CheckpointHolder, PoolJob, CheckpointWaitOpts
 //   - Errors: the sentinels every operation wraps

@@ -10,7 +10,7 @@ import (
 // Retry schedule defaults: the schedule of a pool created without one, and
 // of every pool that existed before migration 014. 1s, 2s, 4s … 2m8s, then
 // 3m for every later attempt: a job of the default 25 attempts becomes a
-// dead letter about 55 minutes after its first failure, where River's
+// dead letter about 52 minutes after its first failure, where River's
 // default (attempt⁴ seconds) takes about 20 days, holding the pool's
 // checkpoint all that time.
 const (

@@ -5,9 +5,9 @@
 // pool's name, whose queue, max attempts and priority are the pool's, and
 // whose args are the event envelope (Args). A handler is an ordinary
 // river.Worker over an args type that embeds Args and whose Kind is the pool
-// name; River brings retries with backoff, timeouts, rescue of jobs whose
-// worker died, pausing, cancelling and River UI. This package adds what an
-// event consumer needs on top.
+// name; River brings retries (on the pool's retry schedule), timeouts,
+// rescue of jobs whose worker died, pausing, cancelling and River UI. This
+// package adds what an event consumer needs on top.
 //
 // # Sections
 //
@@ -15,6 +15,7 @@
 //   - Decode: the event's data as a Go value
 //   - Exactly once: CompleteTx and RunExactlyOnce
 //   - Client settings: Config
+//   - Retries: the pool's schedule, RetryAfter
 //   - Dead letters: what becomes of a job that used up its attempts
 //
 // # Args
@@ -53,6 +54,16 @@
 // (riverbus.Config.Work): settings fit for an event bus — fast fetching, a
 // job timeout with prompt rescue, and dead letters kept. Each field of
 // Config documents its default and why.
+//
+// # Retries
+//
+// A failed job is attempted again on its pool's retry schedule
+// (bustype.RetrySchedule, set with `riverbus pool create|update
+// --retry-*`), which the River client of a riverbus.Client applies as its
+// retry policy. A handler that knows better, say from a rate limit's reset
+// time, returns RetryAfter(err, d): the next attempt waits at least d, at
+// most the pool's maximum delay. A handler's own NextRetry method, when it
+// returns a time, wins over both (River's rule).
 //
 // # Dead letters
 //

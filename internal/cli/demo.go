@@ -45,8 +45,8 @@ const demoPoisonEvery = 450
 
 var demoPools = []bustype.PoolParams{
 	// billing's poison invoices: 5 attempts within about 5 s (billingWorker.
-	// NextRetry), then a dead letter, and the checkpoint moves on. River's
-	// default backoff would hold billing's checkpoint for some 6 minutes.
+	// NextRetry, which wins over the pool's retry schedule), then a dead
+	// letter, and the checkpoint moves on.
 	{Name: "billing", EventTypes: []string{"invoice.created", "invoice.paid"}, MaxAttempts: 5},
 	{Name: "notifications", MaxAttempts: 3},
 	{Name: "audit", MaxAttempts: 10},
@@ -92,8 +92,10 @@ type billingWorker struct {
 
 // NextRetry retries a failed invoice after 0.5 s, 1 s, 1.5 s, 2 s: a poison
 // invoice is a dead letter within seconds, so billing's checkpoint, which
-// a retrying job holds, moves on quickly (River's default backoff, attempt⁴
-// seconds, would hold it for minutes while the lag grows).
+// a retrying job holds, moves on quickly. A worker's own NextRetry wins over
+// its pool's retry schedule (River asks the client's policy only when the
+// worker returns zero); `pool update billing --retry-base 500ms` would do
+// much the same without code.
 func (w *billingWorker) NextRetry(job *river.Job[billingArgs]) time.Time {
 	return time.Now().Add(time.Duration(job.Attempt) * 500 * time.Millisecond)
 }

@@ -22,8 +22,10 @@ func (a *app) workCommand() *cobra.Command {
 		Short: "Work a pool's jobs by POSTing each event to an HTTP endpoint (handlers in any language)",
 		Long: `Runs River workers for one pool that deliver each job's event envelope as a
 JSON POST to --webhook. A 2xx response completes the job; any other status, a
-timeout or a refused connection is an error: River retries with backoff and,
-after the pool's max attempts, the job becomes a dead letter.
+timeout or a refused connection is an error, retried on the pool's retry
+schedule (pool create|update --retry-*; a Retry-After header is obeyed up to
+--retry-max-delay) and, after the pool's max attempts, the job becomes a dead
+letter.
 
 Every request carries Idempotency-Key and Webhook-Id (the event id),
 Webhook-Timestamp, and, with --secret-env, Webhook-Signature: "v1,"

@@ -8,7 +8,7 @@
 -- 81s ... about 4 days at attempt 24), so a job of the default 25 attempts
 -- held its pool's checkpoint for about 20 days before it became a dead
 -- letter. The defaults below apply to every existing pool as well: 1s,
--- 2s, 4s ... 2m8s, then 3 minutes, 10% jitter; about 55 minutes from the
+-- 2s, 4s ... 2m8s, then 3 minutes, 10% jitter; about 52 minutes from the
 -- first failure to the dead letter of a 25-attempt job. A job already
 -- waiting for a retry keeps the time it has; its next failure follows the
 -- new schedule.

@@ -123,12 +123,16 @@
 // of 4xx is retried too: it usually means a receiver that is misconfigured
 // or not yet deployed, and a dead letter is better than a lost event.
 //
-// Retry-After on a 429 or 503 is reported in the error but not obeyed. The
-// only way a River worker can choose its next run is river.JobSnooze, which
-// does not use up an attempt, so a receiver that always answers 503 with
-// Retry-After would keep the job alive forever instead of making a dead
-// letter. River's retry policy (exponential backoff by default) applies
-// instead.
+// A failed delivery is retried on the pool's retry schedule
+// (bustype.RetrySchedule: by default 1s, doubling, at most 3 minutes). A
+// Retry-After header (seconds or an HTTP date, on any failed answer, 429
+// and 503 mostly) is obeyed within that schedule's maximum delay: the next
+// attempt waits the longer of Retry-After and the schedule's delay, never
+// more than MaxDelay, and still uses up an attempt, so a receiver that
+// always answers 503 ends as a dead letter, not a job kept alive forever
+// (which river.JobSnooze would do). A malformed Retry-After is ignored. The
+// worker passes it on as a workers.RetryAfterError, which the retry policy
+// of a riverbus.Client's River client reads (ParseRetryAfter parses it).
 //
 // Response bodies are read up to DrainMax bytes and closed, so connections
 // are reused. Job errors and logs show Config.URL without its user info and
