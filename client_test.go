@@ -188,6 +188,17 @@ func TestPoolUpdateKeepsUnsetSettings(t *testing.T) {
 	require.Equal(t, []string{"region=eu"}, p.Tags)
 	require.Equal(t, 3, p.MaxAttempts)
 	require.Equal(t, 2, p.Priority)
+	require.Equal(t, bustype.RetryScheduleDefault, p.Retry)
+
+	p, err = client.PoolUpdate(ctx, "ledger", riverbus.PoolUpdateParams{Retry: bustype.RetrySchedule{MaxDelay: 10 * time.Minute, Jitter: -1}})
+	require.NoError(t, err)
+	require.Equal(t, bustype.RetrySchedule{Base: time.Second, Factor: 2, MaxDelay: 10 * time.Minute}, p.Retry)
+	p, err = client.PoolUpdate(ctx, "ledger", riverbus.PoolUpdateParams{Retry: bustype.RetrySchedule{Factor: 3}})
+	require.NoError(t, err)
+	require.Equal(t, bustype.RetrySchedule{Base: time.Second, Factor: 3, MaxDelay: 10 * time.Minute}, p.Retry, "no jitter stays none")
+	_, err = client.PoolUpdate(ctx, "ledger", riverbus.PoolUpdateParams{Retry: bustype.RetrySchedule{Base: time.Hour}})
+	require.ErrorIs(t, err, bustype.ErrInvalidPool)
+	require.ErrorContains(t, err, "retry max delay must be at least the retry base (1h0m0s), got 10m0s")
 
 	_, err = client.PoolUpdate(ctx, "ledger", riverbus.PoolUpdateParams{Ordering: "sideways"})
 	require.ErrorIs(t, err, bustype.ErrInvalidPool)

@@ -76,6 +76,17 @@ type Policy struct {
 type snapshot struct {
 	loadedAt  time.Time
 	schedules map[string]bustype.RetrySchedule
+	// failed: the read at loadedAt failed and schedules are the ones read
+	// before it; try again after missRefreshAfter, not every call.
+	failed bool
+}
+
+// maxAge is how old s may get before the schedules are read again.
+func (s *snapshot) maxAge(refresh time.Duration) time.Duration {
+	if s.failed {
+		return missRefreshAfter
+	}
+	return refresh
 }
 
 // hint is a Retry-After delay a handler asked for in attempt attempt.
@@ -140,8 +151,10 @@ func (p *Policy) Schedule(pool string) (bustype.RetrySchedule, bool) {
 
 func (p *Policy) schedule(kind string, now time.Time) (bustype.RetrySchedule, bool) {
 	snap := p.snap.Load()
-	if snap == nil || now.Sub(snap.loadedAt) >= p.refresh {
+	if snap == nil {
 		snap = p.load(now, p.refresh)
+	} else if maxAge := snap.maxAge(p.refresh); now.Sub(snap.loadedAt) >= maxAge {
+		snap = p.load(now, maxAge)
 	}
 	s, ok := snap.schedules[kind]
 	if !ok && now.Sub(snap.loadedAt) >= missRefreshAfter {
@@ -165,7 +178,7 @@ func (p *Policy) load(now time.Time, maxAge time.Duration) *snapshot {
 	schedules, err := readSchedules(ctx, p.db)
 	if err != nil {
 		p.logger.Warn("riverbus: read the pools' retry schedules; keeping those read before (River's default for unknown pools)", "error", err)
-		next := &snapshot{loadedAt: now.Add(missRefreshAfter - p.refresh), schedules: map[string]bustype.RetrySchedule{}}
+		next := &snapshot{loadedAt: now, schedules: map[string]bustype.RetrySchedule{}, failed: true}
 		if old != nil {
 			next.schedules = old.schedules
 		}

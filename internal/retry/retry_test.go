@@ -227,6 +227,29 @@ type wrapped struct{ err error }
 func (w *wrapped) Error() string { return "deliver: " + w.err.Error() }
 func (w *wrapped) Unwrap() error { return w.err }
 
+// A read that fails (here: the columns are gone) keeps the schedules read
+// before, and is tried again a second later, not on every failure.
+func TestFailedReadKeepsTheSchedulesReadBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	createPool(t, b.db, "hooks", bustype.RetrySchedule{Base: 5 * time.Second, Jitter: -1})
+	require.Equal(t, 5*time.Second, b.delays("hooks", 1)[0])
+
+	_, err := b.db.Exec(ctx, `ALTER TABLE riverbus_pool RENAME COLUMN retry_base TO retry_base_gone`)
+	require.NoError(t, err)
+	b.clock.Advance(retry.RefreshIntervalDefault)
+	require.Equal(t, 5*time.Second, b.delays("hooks", 1)[0], "the read fails: the schedule read before")
+
+	_, err = b.db.Exec(ctx, `ALTER TABLE riverbus_pool RENAME COLUMN retry_base_gone TO retry_base;
+		UPDATE riverbus_pool SET retry_base = '7 seconds'`)
+	require.NoError(t, err)
+	b.clock.Advance(time.Second - time.Millisecond)
+	require.Equal(t, 5*time.Second, b.delays("hooks", 1)[0], "not read again within a second of the failure")
+	b.clock.Advance(time.Millisecond)
+	require.Equal(t, 7*time.Second, b.delays("hooks", 1)[0])
+}
+
 func TestConfigRefreshInterval(t *testing.T) {
 	t.Parallel()
 	_, err := retry.New(nil, &retry.Config{RefreshInterval: -time.Second})
