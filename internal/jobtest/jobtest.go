@@ -177,6 +177,6 @@ func WaitRetryDelay(t testing.TB, db *pgxpool.Pool, id int64, failures int) time
 			coalesce((errors[array_length(errors, 1)]->>'at')::timestamptz, 'epoch')
 			FROM river_job WHERE id = $1`, id).Scan(&state, &errs, &scheduled, &start))
 		return state == "retryable" && errs == failures
-	}, "job %d: failed %d times and retryable (now %s after %d)", id, failures, &state, &errs)
+	}, "job %d: failed %d times and retryable", id, failures)
 	return scheduled.Sub(start)
 }
