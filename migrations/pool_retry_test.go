@@ -51,8 +51,9 @@ func migratedBelow(t *testing.T, version int) *pgxpool.Pool {
 	return pool
 }
 
-// Migration 014: a pool that existed before gets the documented default
-// schedule, and the columns refuse what the policy could not use.
+// Migration 014: a pool that existed before keeps a long schedule (24 h
+// at most between attempts), a pool made after gets the default, and the
+// columns refuse what the policy could not use.
 func TestPoolRetryScheduleColumns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -63,6 +64,11 @@ func TestPoolRetryScheduleColumns(t *testing.T) {
 	require.NoError(t, err)
 
 	p, err := pools.Get(ctx, db, "billing")
+	require.NoError(t, err)
+	require.Equal(t, bustype.RetrySchedule{Base: time.Second, Factor: 2, MaxDelay: 24 * time.Hour, Jitter: 0.1}, p.Retry)
+	_, _, err = pools.Create(ctx, db, bustype.PoolParams{Name: "audit"})
+	require.NoError(t, err)
+	p, err = pools.Get(ctx, db, "audit")
 	require.NoError(t, err)
 	require.Equal(t, bustype.RetrySchedule{Base: time.Second, Factor: 2, MaxDelay: 3 * time.Minute, Jitter: 0.1}, p.Retry)
 	require.Equal(t, bustype.RetryScheduleDefault, p.Retry)

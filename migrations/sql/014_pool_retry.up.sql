@@ -7,11 +7,14 @@
 -- Before this, every pool had River's default: attempt⁴ seconds (1s, 16s,
 -- 81s ... about 4 days at attempt 24), so a job of the default 25 attempts
 -- held its pool's checkpoint for about 20 days before it became a dead
--- letter. The defaults below apply to every existing pool as well: 1s,
--- 2s, 4s ... 2m8s, then 3 minutes, 10% jitter; about 52 minutes from the
--- first failure to the dead letter of a 25-attempt job. A job already
--- waiting for a retry keeps the time it has; its next failure follows the
--- new schedule.
+-- letter. New pools get the defaults below: 1s, 2s, 4s ... 2m8s, then 3
+-- minutes, 10% jitter; about 52 minutes from the first failure to the dead
+-- letter of a 25-attempt job. Pools that exist already keep a schedule of
+-- the same order as before (maximum delay 24 hours: about 9 days to the
+-- dead letter), so that an upgrade does not turn an outage of a day into
+-- dead letters; `riverbus pool update NAME --retry-max-delay 3m` adopts the
+-- default. A job already waiting for a retry keeps the time it has; its
+-- next failure follows its pool's schedule.
 --
 -- The owner changes these columns (pool create and update); 011's grant
 -- of UPDATE to riverbus_worker lists its columns, so workers only read them.
@@ -25,6 +28,9 @@ ALTER TABLE riverbus_pool
   ADD COLUMN retry_jitter double precision NOT NULL DEFAULT 0.1
     CONSTRAINT riverbus_pool_retry_jitter CHECK (retry_jitter BETWEEN 0 AND 1),
   ADD CONSTRAINT riverbus_pool_retry_max_delay_base CHECK (retry_max_delay >= retry_base);
+
+-- Pools made before this migration: see above.
+UPDATE riverbus_pool SET retry_max_delay = interval '24 hours';
 
 -- A stuck job that River's rescuer discards because the leading client has
 -- no worker for its pool is made retryable by riverbus_rescue_retry (005),
