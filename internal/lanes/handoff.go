@@ -57,7 +57,7 @@ type handoffJob struct {
 	done chan struct{}
 }
 
-// handoffTimeout bounds one flush's transaction.
+// handoffTimeout bounds one flush's statement.
 const handoffTimeout = 10 * time.Second
 
 type handoffArgs struct{}
@@ -103,7 +103,7 @@ func (m *Handoff) flush() {
 			return
 		}
 		m.mu.Unlock()
-		// A process has one River client, so one transaction; group by
+		// A process has one River client, so one statement; group by
 		// client all the same.
 		for len(batch) > 0 {
 			client := batch[0].client
