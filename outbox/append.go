@@ -42,12 +42,16 @@ func AppendTx(ctx context.Context, tx pgx.Tx, events ...Event) ([]Appended, erro
 	if err := validateEvents(events); err != nil {
 		return nil, err
 	}
-	return appendTx(ctx, tx, events)
+	ctx, span := startAppend(ctx, "AppendTx", len(events))
+	appended, err := appendTx(ctx, tx, events, span)
+	span.end(appended, err)
+	return appended, err
 }
 
-// appendTx is AppendTx for validated events.
-func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Appended, error) {
-	payload, ids, err := encodeEvents(events)
+// appendTx is AppendTx for validated events; span (nil when untraced)
+// adds its trace context to their metadata.
+func appendTx(ctx context.Context, tx pgx.Tx, events []Event, span *appendSpan) ([]Appended, error) {
+	payload, ids, err := encodeEvents(events, span)
 	if err != nil {
 		return nil, err
 	}
@@ -75,13 +79,21 @@ func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, er
 	if err := validateEvents(events); err != nil {
 		return nil, err
 	}
+	ctx, span := startAppend(ctx, "Append", len(events))
+	appended, err := appendOwnTx(ctx, db, events, span)
+	span.end(appended, err)
+	return appended, err
+}
+
+// appendOwnTx is Append for validated events.
+func appendOwnTx(ctx context.Context, db TxBeginner, events []Event, span *appendSpan) ([]Appended, error) {
 	switch c := db.(type) {
 	case *pgxpool.Pool:
 		conn, err := c.Acquire(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("begin: %w", err)
 		}
-		appended, err := appendOnConn(ctx, conn.Conn(), events, false)
+		appended, err := appendOnConn(ctx, conn.Conn(), events, span, false)
 		conn.Release()
 		if err == nil {
 			wakeAfterCommit(c)
@@ -89,13 +101,13 @@ func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, er
 		return appended, err
 	case *pgx.Conn:
 		if c.PgConn().TxStatus() == 'I' {
-			return appendOnConn(ctx, c, events, true)
+			return appendOnConn(ctx, c, events, span, true)
 		}
 	}
 	var appended []Appended
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		appended, err = appendTx(ctx, tx, events)
+		appended, err = appendTx(ctx, tx, events, span)
 		return err
 	})
 	return appended, err
@@ -118,8 +130,8 @@ func Append(ctx context.Context, db TxBeginner, events ...Event) ([]Appended, er
 // before it. The wake-up alone commits asynchronously (it writes nothing
 // else), so it holds that lock only for a moment, and the appends' commits
 // share their flushes again.
-func appendOnConn(ctx context.Context, c *pgx.Conn, events []Event, wake bool) ([]Appended, error) {
-	payload, ids, err := encodeEvents(events)
+func appendOnConn(ctx context.Context, c *pgx.Conn, events []Event, span *appendSpan, wake bool) ([]Appended, error) {
+	payload, ids, err := encodeEvents(events, span)
 	if err != nil {
 		return nil, err
 	}
@@ -246,10 +258,11 @@ type wireEvent struct {
 var emptyObject = json.RawMessage(`{}`)
 
 // encodeEvents returns the jsonb parameter of validated events and their
-// ids, generating a UUIDv7 for each zero EventID. The parameter is a string
-// so that it is sent as text in every pgx query execution mode, the simple
-// protocol (PgBouncer) included.
-func encodeEvents(events []Event) (string, []uuid.UUID, error) {
+// ids, generating a UUIDv7 for each zero EventID, with span's trace context
+// in their metadata (span may be nil). The parameter is a string so that it
+// is sent as text in every pgx query execution mode, the simple protocol
+// (PgBouncer) included.
+func encodeEvents(events []Event, span *appendSpan) (string, []uuid.UUID, error) {
 	wire := make([]wireEvent, len(events))
 	ids := make([]uuid.UUID, len(events))
 	for i, e := range events {
@@ -261,7 +274,7 @@ func encodeEvents(events []Event) (string, []uuid.UUID, error) {
 			}
 		}
 		ids[i] = id
-		w := wireEvent{EventID: id, Type: e.Type, Key: e.Key, Tags: e.Tags, Data: e.Data, Metadata: e.Metadata}
+		w := wireEvent{EventID: id, Type: e.Type, Key: e.Key, Tags: e.Tags, Data: e.Data, Metadata: span.metadata(e.Metadata)}
 		if w.Tags == nil {
 			w.Tags = []string{}
 		}

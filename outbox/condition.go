@@ -91,7 +91,10 @@ func AppendIfTx(ctx context.Context, tx pgx.Tx, cond AppendCondition, events ...
 	if err := validateCondition(cond); err != nil {
 		return nil, err
 	}
-	return appendIfTx(ctx, tx, cond, events)
+	ctx, span := startAppend(ctx, "AppendIfTx", len(events))
+	appended, err := appendIfTx(ctx, tx, cond, events, span)
+	span.end(appended, err)
+	return appended, err
 }
 
 // AppendIf is AppendIfTx in a transaction of its own, committed when the
@@ -103,19 +106,21 @@ func AppendIf(ctx context.Context, db TxBeginner, cond AppendCondition, events .
 	if err := validateCondition(cond); err != nil {
 		return nil, err
 	}
+	ctx, span := startAppend(ctx, "AppendIf", len(events))
 	var appended []Appended
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		appended, err = appendIfTx(ctx, tx, cond, events)
+		appended, err = appendIfTx(ctx, tx, cond, events, span)
 		return err
 	})
+	span.end(appended, err)
 	return appended, err
 }
 
 // appendIfTx is AppendIfTx for a validated condition and events: the locks
 // and the conditional insert, two statements sent in one round trip.
-func appendIfTx(ctx context.Context, tx pgx.Tx, cond AppendCondition, events []Event) ([]Appended, error) {
-	payload, ids, err := encodeEvents(events)
+func appendIfTx(ctx context.Context, tx pgx.Tx, cond AppendCondition, events []Event, span *appendSpan) ([]Appended, error) {
+	payload, ids, err := encodeEvents(events, span)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package workers
 import (
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config.
@@ -77,4 +79,11 @@ type Config struct {
 	// Logger receives River's logs. Nil: River's default, warnings and
 	// errors as text on standard output.
 	Logger *slog.Logger
+
+	// TracerProvider, when set, traces the jobs worked: River's otelriver
+	// middleware starts a work span for each job (river.work/POOL), a
+	// child of the span that appended the job's event when the event
+	// carries its trace context (see package outbox), so the handler's
+	// spans continue the append's trace. Nil: no tracing, no middleware.
+	TracerProvider trace.TracerProvider
 }

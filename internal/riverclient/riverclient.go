@@ -1,8 +1,10 @@
 // Package riverclient builds the River client configuration of riverbus's
 // workers from a workers.Config: riverbus's defaults (workers.Config
 // documents each and why), the queues a riverbus.Client derives from its
-// pools, the lane hand-off middleware ordered pools need, and the retry
-// policy that follows each pool's retry schedule (internal/retry).
+// pools, the lane hand-off middleware ordered pools need, the retry
+// policy that follows each pool's retry schedule (internal/retry), and,
+// with a tracer provider, River's otelriver middleware continuing each
+// event's trace (internal/tracing).
 package riverclient
 
 import (
@@ -16,6 +18,7 @@ import (
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/retry"
+	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -110,6 +113,11 @@ func Config(opts Opts) (*river.Config, error) {
 			}
 			cfg.Queues[queue] = river.QueueConfig{MaxWorkers: n}
 		}
+	}
+	// Traced jobs continue their event's trace, outermost so that the
+	// work span covers everything else.
+	if opts.TracerProvider != nil {
+		cfg.Middleware = append(cfg.Middleware, tracing.Middleware(opts.TracerProvider)...)
 	}
 	// Ordered pools hand a key to its next job as soon as a job succeeds.
 	cfg.Middleware = append(cfg.Middleware, &lanes.Handoff{})

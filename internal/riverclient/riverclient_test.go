@@ -7,13 +7,16 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/rivercontrib/otelriver"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retry"
 	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -111,6 +114,27 @@ func TestConfigInstallsThePoolsRetryPolicy(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, bustype.RetryScheduleDefault, s)
 	_, err = river.NewClient(riverpgxv5.New(db), cfg)
+	require.NoError(t, err)
+}
+
+// With a tracer provider, traced jobs continue their event's trace:
+// tracing.Continue first, then otelriver's middleware, outside the rest.
+// Without one, neither is installed.
+func TestConfigInstallsTracing(t *testing.T) {
+	t.Parallel()
+	cfg, err := riverclient.Config(riverclient.Opts{})
+	require.NoError(t, err)
+	for _, m := range cfg.Middleware {
+		_, isContinue := m.(*tracing.Continue)
+		_, isOtel := m.(*otelriver.Middleware)
+		require.False(t, isContinue || isOtel, "no tracing middleware without a provider")
+	}
+	cfg, err = riverclient.Config(riverclient.Opts{Config: workers.Config{TracerProvider: sdktrace.NewTracerProvider()}})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(cfg.Middleware), 2)
+	require.IsType(t, &tracing.Continue{}, cfg.Middleware[0])
+	require.IsType(t, &otelriver.Middleware{}, cfg.Middleware[1])
+	_, err = river.NewClient(riverpgxv5.New(nil), cfg)
 	require.NoError(t, err)
 }
 

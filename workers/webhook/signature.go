@@ -36,6 +36,13 @@ const (
 	HeaderAttempt = "X-Riverbus-Attempt"
 	// HeaderLate is "true" for a late event and absent otherwise.
 	HeaderLate = "X-Riverbus-Late"
+	// HeaderTraceParent is the W3C trace context of the delivery: the
+	// job's work span when the worker process traces (a child of the
+	// event's append span), else the append span's context the event
+	// carries. Absent when the event was appended outside a trace.
+	// HeaderTraceState goes with it when the trace has a tracestate.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
 )
 
 // VerifyToleranceDefault is the tolerance Verify uses when given zero: a

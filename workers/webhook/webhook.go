@@ -18,7 +18,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -273,6 +276,7 @@ func (w *worker) deliver(ctx context.Context, job *river.Job[poolArgs]) (int, er
 	if args.Late {
 		h.Set(HeaderLate, "true")
 	}
+	setTraceContext(ctx, h, job.Metadata)
 
 	resp, err := w.client.Do(req)
 	if err != nil {
@@ -297,6 +301,22 @@ func (w *worker) deliver(ctx context.Context, job *river.Job[poolArgs]) (int, er
 		err = workers.RetryAfter(err, delay)
 	}
 	return resp.StatusCode, err
+}
+
+// setTraceContext sets the traceparent (and tracestate) headers h: the
+// span of ctx (otelriver's work span, when the worker traces), else the
+// event's trace context as the fan-out copied it into the job's metadata.
+func setTraceContext(ctx context.Context, h http.Header, metadata []byte) {
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+		return
+	}
+	if tc := tracing.FromMetadata(metadata); tc.SpanContext().IsValid() {
+		h.Set(HeaderTraceParent, tc.TraceParent)
+		if tc.TraceState != "" {
+			h.Set(HeaderTraceState, tc.TraceState)
+		}
+	}
 }
 
 // ParseRetryAfter parses a Retry-After header value (RFC 9110 10.2.3):
