@@ -3,6 +3,8 @@ package fanout
 import (
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config fields.
@@ -39,6 +41,12 @@ type Config struct {
 	// OnBatch, when set, is called after each committed pool batch. Tests
 	// and metrics use it.
 	OnBatch func(BatchResult)
+	// TracerProvider, when set, gives the fan-out's rounds and batches
+	// spans of their own (riverbus.fanout.round, riverbus.fanout.batch),
+	// each batch's linked to the append spans of the events it fanned out.
+	// Nil: no spans. Either way each job carries its event's trace context
+	// in its metadata, so a handler continues the append's trace.
+	TracerProvider trace.TracerProvider
 }
 
 // BatchResult describes one committed pool batch.

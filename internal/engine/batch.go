@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/lanes"
+	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -43,6 +45,9 @@ type unit struct {
 	first int64 // global sequence of its (first) event
 	lane  string
 	late  bool
+	// trace is the trace context of its (first traced) event, copied into
+	// the job's metadata (tracing.JobMetadata).
+	trace tracing.Context
 }
 
 // FanOutPool runs one batch for pool name in one transaction: lock the pool
@@ -50,16 +55,21 @@ type unit struct {
 // (cursor, horizon] into jobs, deliver late events, move the cursor, commit.
 // full reports that the batch was full, so more may be waiting.
 func (f *Fanout) FanOutPool(ctx context.Context, name string) (fanout.BatchResult, bool, error) {
-	if res, full, handled, err := f.fanOutPlain(ctx, name); err != nil {
+	start := time.Now()
+	if res, full, handled, traceparents, err := f.fanOutPlain(ctx, name); err != nil {
 		return fanout.BatchResult{}, false, err
 	} else if handled {
 		f.batchDone(res)
+		f.batchTelemetry(res, start, "plain", traceparents)
 		return res, full, nil
 	}
+	start = time.Now()
 	res := fanout.BatchResult{Pool: name}
 	full := false
 	var undeliverable []*job
+	var inserted []unit
 	err := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
+		inserted = nil
 		// One round trip: settings, the pool row, the horizon (read after
 		// the lock, so no older than the pool's cursor).
 		p := lockedPool{name: name}
@@ -183,7 +193,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (fanout.BatchResul
 		if _, err := tx.Exec(ctx, sqlPoolAdvance, name, newCursor, len(units), lateCount); err != nil {
 			return fmt.Errorf("advance cursor: %w", err)
 		}
-		undeliverable = dead
+		undeliverable, inserted = dead, units
 		res.Jobs, res.Late, res.Cursor = len(units), lateCount, newCursor
 		return nil
 	})
@@ -196,6 +206,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (fanout.BatchResul
 			"pool", name, "global_sequence", j.u.first, "reason", j.reason)
 	}
 	f.batchDone(res)
+	f.batchTelemetry(res, start, "general", f.unitTraceParents(inserted))
 	return res, full, nil
 }
 
@@ -226,7 +237,8 @@ func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []e
 	}
 	out := make([]unit, len(events))
 	for i, e := range events {
-		out[i] = unit{args: eventJob{Event: e.Event, Late: late}, first: e.GlobalSequence, lane: p.lane(e.Key), late: late}
+		out[i] = unit{args: eventJob{Event: e.Event, Late: late}, first: e.GlobalSequence, lane: p.lane(e.Key), late: late,
+			trace: tracing.FromMetadata(e.Metadata)}
 	}
 	return out, nil
 }

@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/riverbus/riverbus/internal/tracing"
+
 // SetEnvelopeMaxBytes lowers the general path's envelope limit until the
 // returned function is called. Tests that use it must not run in parallel.
 func SetEnvelopeMaxBytes(n int) func() {
@@ -20,3 +22,9 @@ func SetGroupPartBounds(events, bytes int) (restore func()) {
 // SetAnalyzeJobsMin sets how many jobs the pools' service inserts before
 // it first analyzes river_job; call it before Run.
 func (s *PoolService) SetAnalyzeJobsMin(n int) { s.analyzer.min = n }
+
+// JobMetadataOf is the metadata of the job of an unordered pool for an
+// event with metadata (jobMetadata).
+func JobMetadataOf(metadata []byte) []byte {
+	return jobMetadata(false, unit{trace: tracing.FromMetadata(metadata)})
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/service"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Stats are this instance's counters since New.
@@ -61,6 +62,9 @@ type Fanout struct {
 
 	services Services
 	trace    Trace
+	// tracer makes the rounds' and batches' spans; nil without
+	// fanout.Config.TracerProvider (telemetry.go).
+	tracer trace.Tracer
 }
 
 // Services are the fan-out's long-running parts. Each Run blocks until its
@@ -123,6 +127,7 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 		db: db, cfg: c, logger: logger.With("component", "fanout"),
 		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}, Undeliverable: map[string]int64{}},
 		plain: map[string]plainKind{}, heads: map[string]int64{},
+		tracer: newTracer(c.TracerProvider),
 	}
 	s := &f.services
 	s.Retirer = horizon.NewRetirer(db, &horizon.RetirerConfig{Logger: f.logger})
@@ -187,9 +192,11 @@ func (f *Fanout) Run(ctx context.Context) error {
 // the pools when the horizon moved, the retirer when late events may be
 // left to retire.
 func (f *Fanout) roundDone(r horizon.RoundResult) {
+	now := time.Now()
 	if f.trace.Round != nil {
-		f.trace.Round(r, time.Now())
+		f.trace.Round(r, now)
 	}
+	f.roundTelemetry(r, now)
 	f.mu.Lock()
 	f.stats.Horizon = r.Horizon
 	f.stats.GapsProvenDead += r.ProvenDead

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/tracing"
 )
 
 // Transaction groups.
@@ -176,12 +177,17 @@ func readGroups(br pgx.BatchResults, p *lockedPool, ids []groupID, late bool) ([
 type groupBuilder struct {
 	txid, key, lane string
 	late            bool
+	// trace is the trace context of the group's first traced event.
+	trace tracing.Context
 
 	parts []*groupPart
 	cur   *bytes.Buffer // the encoded events of the part being filled
 }
 
 func (b *groupBuilder) add(e *event) {
+	if b.trace.TraceParent == "" {
+		b.trace = tracing.FromMetadata(e.Metadata)
+	}
 	enc, err := json.Marshal(e.Event)
 	if err != nil {
 		// An event Go cannot encode is a part of its own, so it alone
@@ -233,7 +239,7 @@ func (b *groupBuilder) finish() []unit {
 			a.json = a.job.AppendJSON(make([]byte, 0, len(a.events)+len(a.job.TransactionID)+len(a.job.Key)+96), a.events)
 		}
 		a.events = nil
-		units[i] = unit{args: *a, first: a.sequences[0], lane: b.lane, late: b.late}
+		units[i] = unit{args: *a, first: a.sequences[0], lane: b.lane, late: b.late, trace: b.trace}
 	}
 	return units
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/riversql"
+	"github.com/riverbus/riverbus/internal/tracing"
 )
 
 // The general path's insert. Each unit's envelope is encoded here, one by
@@ -42,7 +43,9 @@ type job struct {
 	args    []byte // the encoded envelope; nil when undeliverable
 	reason  string // why the unit cannot become a job; "" when it can
 	pending bool
-	lane    []byte // metadata of an ordered pool's job
+	// meta is the job's metadata: an ordered pool's lane, the event's
+	// trace context; nil for none.
+	meta []byte
 }
 
 // insertJobs encodes and inserts the batch's units, in sequence order for
@@ -64,9 +67,7 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 		default:
 			j.args = args
 		}
-		if ordered {
-			j.lane = lanes.Metadata(u.lane)
-		}
+		j.meta = jobMetadata(ordered, u)
 		jobs[i] = j
 	}
 	var held map[string]bool
@@ -116,6 +117,28 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 		}
 	}
 	return dead, nil
+}
+
+// jobMetadata is the metadata of u's job: its lane in an ordered pool
+// (lanes.Metadata), and its event's trace context under the keys River's
+// otelriver middleware reads (tracing.TraceParentKey). Nil when it has
+// neither.
+func jobMetadata(ordered bool, u unit) []byte {
+	if u.trace.TraceParent == "" {
+		if ordered {
+			return lanes.Metadata(u.lane)
+		}
+		return nil
+	}
+	m := map[string]string{tracing.TraceParentKey: u.trace.TraceParent}
+	if u.trace.TraceState != "" {
+		m[tracing.TraceStateKey] = u.trace.TraceState
+	}
+	if ordered {
+		m[lanes.MetadataKey] = u.lane
+	}
+	b, _ := json.Marshal(m)
+	return b
 }
 
 // busyLanes takes the locks of the units' lanes and returns those that
@@ -179,7 +202,7 @@ func copyFind(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*jo
 		if j.pending {
 			state = "pending"
 		}
-		return riversql.JobRow{Args: j.args, Kind: p.name, MaxAttempts: p.maxAttempts, Metadata: j.lane,
+		return riversql.JobRow{Args: j.args, Kind: p.name, MaxAttempts: p.maxAttempts, Metadata: j.meta,
 			Priority: p.priority, Queue: p.queue, State: state}
 	})
 	if err == nil {
@@ -240,7 +263,7 @@ func insertDeadLetters(ctx context.Context, tx pgx.Tx, p *lockedPool, dead []*jo
 			return fmt.Errorf("encode dead-letter stub: %w", err)
 		}
 		args[i], reasons[i] = stub, j.reason
-		metas[i] = j.lane
+		metas[i] = j.meta
 		if metas[i] == nil {
 			metas[i] = []byte("{}")
 		}

@@ -53,7 +53,8 @@ func plainKindOf(p *lockedPool) plainKind {
 //
 // It returns whether it locked the pool row, whether the plain path
 // applied, the jobs inserted, the cursor after it, the notifications sent,
-// and whether it stopped before a big event. Every part reads one
+// whether it stopped before a big event, and (the second %s) the
+// traceparents of a traced batch's events or NULL. Every part reads one
 // snapshot: no late event in it (sqlNoLateEvents) means none to deliver
 // and none to record.
 //
@@ -95,7 +96,7 @@ ins AS (
 	SELECT jsonb_build_object('global_sequence', ev.global_sequence, 'event_id', ev.event_id, 'type', ev.type,
 			'key', ev.key, 'tags', to_jsonb(ev.tags), 'data', ev.data, 'metadata', ev.metadata,
 			'occurred_at', ev.occurred_at),
-		p.name, p.max_attempts, '{}', p.priority, p.queue, 'available', '{}'
+		p.name, p.max_attempts, ` + sqlJobTraceMetadata + `, p.priority, p.queue, 'available', '{}'
 	FROM ev CROSS JOIN p
 	ORDER BY ev.global_sequence
 	RETURNING 1
@@ -120,26 +121,52 @@ SELECT EXISTS (SELECT 1 FROM p),
 	coalesce((SELECT cursor_seq FROM adv), (SELECT cursor_seq FROM p)),
 	(SELECT count(` + riversql.NotifyInsert + `)
 		FROM p WHERE EXISTS (SELECT 1 FROM ins)),
-	EXISTS (SELECT 1 FROM cut WHERE at IS NOT NULL)`
+	EXISTS (SELECT 1 FROM cut WHERE at IS NOT NULL),
+	%s`
+
+// sqlJobTraceMetadata is a plain job's metadata: its event's W3C trace
+// context, under the keys River's otelriver middleware reads
+// (tracing.TraceParentKey, tracing.TraceStateKey), when the event's
+// metadata holds a traceparent string; else {}. jobMetadata is the same
+// on the general path.
+const sqlJobTraceMetadata = `CASE WHEN jsonb_typeof(ev.metadata->'traceparent') = 'string' AND ev.metadata->>'traceparent' <> ''
+			THEN jsonb_strip_nulls(jsonb_build_object('traceparent', ev.metadata->'traceparent',
+				'tracestate', CASE WHEN jsonb_typeof(ev.metadata->'tracestate') = 'string' AND ev.metadata->>'tracestate' <> ''
+					THEN ev.metadata->'tracestate' END))
+			ELSE '{}' END`
+
+// sqlPlainTraceParents is the last column of a traced plain batch: the
+// traceparents of (at most spanLinksMax of) the events it fanned out, which
+// its span links to; an untraced one returns NULL and reads nothing.
+const sqlPlainTraceParents = `(SELECT array_agg(t.tp) FROM (
+		SELECT ev.metadata->>'traceparent' AS tp FROM ev
+		WHERE jsonb_typeof(ev.metadata->'traceparent') = 'string' AND EXISTS (SELECT 1 FROM ins)
+		LIMIT ` + spanLinksMaxSQL + `) t)`
 
 var (
-	sqlPlainBatchAll   = fmt.Sprintf(sqlPlainBatch, "")
-	sqlPlainBatchTyped = fmt.Sprintf(sqlPlainBatch, "\n\t\tAND e.type = ANY((SELECT event_types FROM p)::text[])")
+	sqlTypeCondition     = "\n\t\tAND e.type = ANY((SELECT event_types FROM p)::text[])"
+	sqlPlainBatchAll     = fmt.Sprintf(sqlPlainBatch, "", "NULL::text[]")
+	sqlPlainBatchTyped   = fmt.Sprintf(sqlPlainBatch, sqlTypeCondition, "NULL::text[]")
+	sqlPlainBatchAllTr   = fmt.Sprintf(sqlPlainBatch, "", sqlPlainTraceParents)
+	sqlPlainBatchTypedTr = fmt.Sprintf(sqlPlainBatch, sqlTypeCondition, sqlPlainTraceParents)
 )
 
 // fanOutPlain runs the plain path for pool name if the last look found it
 // plain. handled is false when the general path must run instead.
-func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.BatchResult, full, handled bool, err error) {
+// traceparents are those of the events it fanned out, when tracing (a
+// batch span's links).
+func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.BatchResult, full, handled bool, traceparents []string, err error) {
 	f.mu.Lock()
 	kind := f.plain[name]
 	noPlain := f.noPlain
 	f.mu.Unlock()
 	if noPlain || (kind != plainAll && kind != plainTyped) {
-		return res, false, false, nil
+		return res, false, false, nil, nil
 	}
 	b := &pgx.Batch{}
 	call := f.queuePlain(b, name, kind)
-	return f.plainDone(call, f.db.SendBatch(ctx, b).Close())
+	res, full, handled, err = f.plainDone(call, f.db.SendBatch(ctx, b).Close())
+	return res, full, handled, call.traceparents, err
 }
 
 // plainCall is one plain batch queued on a pgx.Batch (queuePlain), and what
@@ -154,20 +181,30 @@ type plainCall struct {
 	cursor    *int64
 	notified  int64
 	big       bool
+	// traceparents are those of the events fanned out, when tracing
+	// (sqlPlainTraceParents).
+	traceparents []string
 }
 
 // queuePlain queues pool name's plain batch on b: BEGIN, the settings, the
 // statement of kind, COMMIT.
 func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind) *plainCall {
-	sql := sqlPlainBatchAll
-	if kind == plainTyped {
+	var sql string
+	switch {
+	case kind == plainTyped && f.tracer != nil:
+		sql = sqlPlainBatchTypedTr
+	case kind == plainTyped:
 		sql = sqlPlainBatchTyped
+	case f.tracer != nil:
+		sql = sqlPlainBatchAllTr
+	default:
+		sql = sqlPlainBatchAll
 	}
 	c := &plainCall{name: name}
 	b.Queue("BEGIN")
 	b.Queue(database.TxSettingsSQL)
 	b.Queue(sql, name, f.cfg.BatchSize, kind == plainTyped).QueryRow(func(row pgx.Row) error {
-		if err := row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big); err != nil {
+		if err := row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big, &c.traceparents); err != nil {
 			return err
 		}
 		c.ran = true

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverbus/riverbus/fanout"
@@ -38,6 +40,7 @@ func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
 	if to-from > rideMaxSequences {
 		return nil // the pools' service takes them, beside the next round
 	}
+	start := time.Now()
 	f.mu.Lock()
 	var calls []*plainCall
 	if !f.noPlain {
@@ -66,6 +69,7 @@ func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
 			res, _, _, _ := f.plainDone(c, nil)
 			if c.locked && c.applied && !c.big {
 				f.batchDone(res)
+				f.batchTelemetry(res, start, "ride", c.traceparents)
 				f.services.Pools.rode(res)
 			}
 		}

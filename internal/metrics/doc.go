@@ -40,12 +40,18 @@
 //	riverbus_horizon_problem         1 while an assumption of the gap proof is broken
 //	                                 (labels problem, blocks; every problem, 0 included)
 //
+// This process's fan-out (not read from the database; each process that
+// runs one reports its own):
+//
+//	riverbus_fanout_round_seconds         histogram of the horizon rounds it ran
+//	riverbus_fanout_batch_seconds{pool}   histogram of its pool batches that inserted jobs
+//
 // The checkpoint is the one last stored (by the client's checkpoint advancer, which
 // `riverbus run` advances); the collector does not advance it.
 //
 // # Serving
 //
-// NewRegistry returns a registry with the Collector and the Go runtime and
-// process collectors; Handler serves it in the Prometheus exposition
+// NewRegistry returns a registry with the Collector, the fan-out's
+// histograms, and the Go runtime and process collectors; Handler serves it in the Prometheus exposition
 // format, to be mounted at /metrics.
 package metrics

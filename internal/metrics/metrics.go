@@ -16,6 +16,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/horizon"
 )
 
@@ -230,12 +231,16 @@ func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, typ prometheus.Val
 	ch <- m
 }
 
-// NewRegistry returns a registry with a Collector for db (opts may be nil)
-// and the Go runtime and process collectors.
+// NewRegistry returns a registry with a Collector for db (opts may be nil),
+// the fan-out's histograms of this process (engine.RoundSeconds,
+// engine.BatchSeconds: empty in a process that runs no fan-out), and the
+// Go runtime and process collectors.
 func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		NewCollector(db, opts),
+		engine.RoundSeconds,
+		engine.BatchSeconds,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
