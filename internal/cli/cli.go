@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/config"
@@ -68,6 +69,9 @@ type app struct {
 	logger         *slog.Logger
 	riverLogger    *slog.Logger // River's info logs are one line per job: warn and up only
 	databaseURL    string       // --database-url, overrides the environment
+	// tracerProvider traces the fan-out and the workers; nil unless
+	// startTracing found tracing asked for.
+	tracerProvider trace.TracerProvider
 }
 
 type usageError struct {
@@ -90,7 +94,9 @@ per consumer pool, and lets any number of worker processes share them.
 
 Configuration comes from RIVERBUS_* environment variables (and DATABASE_URL);
 flags override them. Each command has the flags of the settings it uses (see
-its --help, and the README's configuration table).`,
+its --help, and the README's configuration table). run, fanout and work trace
+with OpenTelemetry when the standard OTEL_* variables ask for it
+(OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318; see the README's Tracing).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

@@ -22,10 +22,11 @@ func (a *app) newClient(db *pgxpool.Pool, ws *riverbus.Workers, fanoutDisabled b
 			BatchSize:        a.cfg.BatchSize,
 			Workers:          a.cfg.FanoutWorkers,
 			Logger:           a.logger,
+			TracerProvider:   a.tracerProvider,
 		},
 		FanoutDisabled: fanoutDisabled,
 		Workers:        ws,
-		Work:           workers.Config{Logger: a.riverLogger},
+		Work:           workers.Config{Logger: a.riverLogger, TracerProvider: a.tracerProvider},
 		Logger:         a.logger,
 	})
 }

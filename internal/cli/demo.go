@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
@@ -174,7 +175,9 @@ func setUpDemo(ctx context.Context, db *pgxpool.Pool) (*riverbus.Workers, error)
 // demoTraffic appends small transactions at about rate events per second
 // until ctx ends. Now and then an invoice carries data the billing worker
 // cannot decode: a poison event that ends as a dead letter.
-func demoTraffic(ctx context.Context, db *pgxpool.Pool, rate int, logger *slog.Logger) error {
+// With tp, each append runs in a span of its own (demo.place_order), as a
+// traced application's would, so its events' traces reach the handlers.
+func demoTraffic(ctx context.Context, db *pgxpool.Pool, rate int, logger *slog.Logger, tp trace.TracerProvider) error {
 	if rate <= 0 {
 		return nil
 	}
@@ -207,7 +210,14 @@ func demoTraffic(ctx context.Context, db *pgxpool.Pool, rate int, logger *slog.L
 			events = append(events, outbox.Event{Type: "invoice.paid", Key: customer, Tags: []string{region},
 				Data: mustJSON(invoice{Invoice: inv, Cents: int64(cents)})})
 		}
-		_, err := outbox.Append(ctx, db, events...)
+		actx, span := ctx, trace.Span(nil)
+		if tp != nil {
+			actx, span = tp.Tracer("github.com/riverbus/riverbus/demo").Start(ctx, "demo.place_order")
+		}
+		_, err := outbox.Append(actx, db, events...)
+		if span != nil {
+			span.End()
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			logger.Warn("demo traffic: append failed; will keep trying", "error", err)

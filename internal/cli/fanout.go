@@ -49,6 +49,11 @@ A database outage is logged and retried with backoff.`,
 // runFanout runs a riverbus client without workers (the horizon, the
 // fan-out and its maintenance services) until ctx ends.
 func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool) error {
+	flush, err := a.startTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer flush()
 	client, err := a.newClient(db, nil, false)
 	if err != nil {
 		return err

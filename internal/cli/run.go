@@ -97,6 +97,12 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		closeListeners()
 		return err
 	}
+	flush, err := a.startTracing(ctx)
+	if err != nil {
+		closeListeners()
+		return err
+	}
+	defer flush()
 	var ws *riverbus.Workers
 	if demo {
 		if ws, err = setUpDemo(ctx, db); err != nil {
@@ -111,7 +117,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		return err
 	}
 	if demo {
-		g.Go(func() error { return demoTraffic(gctx, db, demoRate, a.logger) })
+		g.Go(func() error { return demoTraffic(gctx, db, demoRate, a.logger, a.tracerProvider) })
 	}
 
 	where := []string{"River UI:  " + listenerURL(uiLn, "/")}

@@ -67,6 +67,11 @@ Run as many as you like; they share the pool's jobs.`,
 			if err := requireSchema(ctx, db, u); err != nil {
 				return err
 			}
+			flush, err := a.startTracing(ctx)
+			if err != nil {
+				return err
+			}
+			defer flush()
 			client, err := a.newClient(db, ws, true)
 			if err != nil {
 				return err
