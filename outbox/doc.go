@@ -50,6 +50,15 @@
 // its sessions); the fan-out then finds its events by polling once COMMIT
 // PREPARED makes them visible.
 //
+// # Tracing
+//
+// An append with an active OpenTelemetry span in its context starts a
+// producer span (riverbus.append) from the global tracer provider and
+// stores its W3C trace context in each event's metadata under
+// TraceParentKey and TraceStateKey, keeping any the caller set. The
+// fan-out copies them into each job's metadata, so the handler's span
+// continues the trace. Without a span in the context nothing is added.
+//
 // # Reading
 //
 // Read returns the committed events matching a Query, a key, or both, in

@@ -60,6 +60,8 @@
 //	X-Riverbus-Sequence the event's global sequence, decimal
 //	X-Riverbus-Attempt  the River attempt: 1, 2, ...
 //	X-Riverbus-Late     true — only for a late event
+//	traceparent         the W3C trace context, when the event was appended in a
+//	                    trace: the worker's work span, else the append span
 //	User-Agent          riverbus-webhook
 //
 // # Signatures
