@@ -100,9 +100,10 @@ func TestTraceAppendToHandlerAcrossProcesses(t *testing.T) {
 	fan.waitOutput("tracing: exporting spans", 30*time.Second)
 	work.waitOutput("tracing: exporting spans", 30*time.Second)
 
-	// Two orders, one after the other: the fan-out takes a pool's first
-	// batch on its general path and later ones on its plain path (or riding
-	// on the round), which build a job's metadata in Go and in SQL.
+	// Two orders, one after the other, each a trace of its own. (The
+	// fan-out process has looked at the pool before they come, so both
+	// take the plain statement, mostly riding on the round; the engine's
+	// TestJobsCarryTraceContext covers every path.)
 	type order struct {
 		root     trace.SpanContext
 		appended outbox.Appended

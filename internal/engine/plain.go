@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -45,7 +46,8 @@ func plainKindOf(p *lockedPool) plainKind {
 	return plainAll
 }
 
-// sqlPlainBatch is the plain path's statement; %s is the type condition.
+// sqlPlainBatch is the plain path's statement; the first %s is the type
+// condition.
 // Each job's args are a bustype.EventJob built by jsonb_build_object
 // (envelope_test.go pins the two together); the job row and River's
 // notification are package riversql's.
@@ -138,13 +140,15 @@ const sqlJobTraceMetadata = `CASE WHEN jsonb_typeof(ev.metadata->'traceparent') 
 // sqlPlainTraceParents is the last column of a traced plain batch: the
 // traceparents of (at most spanLinksMax of) the events it fanned out, which
 // its span links to; an untraced one returns NULL and reads nothing.
-const sqlPlainTraceParents = `(SELECT array_agg(t.tp) FROM (
+var sqlPlainTraceParents = `(SELECT array_agg(t.tp) FROM (
 		SELECT ev.metadata->>'traceparent' AS tp FROM ev
 		WHERE jsonb_typeof(ev.metadata->'traceparent') = 'string' AND EXISTS (SELECT 1 FROM ins)
-		LIMIT ` + spanLinksMaxSQL + `) t)`
+		LIMIT ` + strconv.Itoa(spanLinksMax) + `) t)`
+
+// sqlTypeCondition is the type condition of the plainTyped statement.
+const sqlTypeCondition = "\n\t\tAND e.type = ANY((SELECT event_types FROM p)::text[])"
 
 var (
-	sqlTypeCondition     = "\n\t\tAND e.type = ANY((SELECT event_types FROM p)::text[])"
 	sqlPlainBatchAll     = fmt.Sprintf(sqlPlainBatch, "", "NULL::text[]")
 	sqlPlainBatchTyped   = fmt.Sprintf(sqlPlainBatch, sqlTypeCondition, "NULL::text[]")
 	sqlPlainBatchAllTr   = fmt.Sprintf(sqlPlainBatch, "", sqlPlainTraceParents)

@@ -42,10 +42,7 @@ var BatchSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 
 // spanLinksMax bounds the links of a batch span: OpenTelemetry's SDK keeps
 // 128 by default.
-const (
-	spanLinksMax    = 128
-	spanLinksMaxSQL = "128"
-)
+const spanLinksMax = 128
 
 // tracerName is the instrumentation scope of the fan-out's spans.
 const tracerName = "github.com/riverbus/riverbus/fanout"
