@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/internal/riversql"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -103,8 +104,17 @@ func Create(ctx context.Context, db database.DB, params bustype.PoolParams) (*bu
 		created bool
 	)
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var startAfter int64
-		if after, ok := params.From.After(); ok {
+		// Retention waits while the start is set, and the start is never
+		// below where the log begins (DESIGN.md §8).
+		trimmed, err := retention.StartFloor(ctx, tx)
+		if err != nil {
+			return err
+		}
+		startAfter := trimmed // the beginning: the oldest retained event
+		if after, ok := params.From.After(); ok && after > 0 {
+			if after < trimmed {
+				return retention.TrimmedError("start sequence", after, trimmed)
+			}
 			startAfter = after
 		} else if params.From.IsNow() {
 			// Every sequence handed out so far is before "now".
@@ -311,6 +321,18 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 	}
 	var pool *bustype.Pool
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// Retention waits while the cursor moves back, and the cursor never
+		// goes below where the log begins: 0 (the beginning) is the oldest
+		// retained event, anything else below it is refused (DESIGN.md §8).
+		trimmed, err := retention.StartFloor(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if to == 0 {
+			to = trimmed
+		} else if to < trimmed {
+			return retention.TrimmedError("reset position", to, trimmed)
+		}
 		if _, err := get(ctx, tx, name, true); err != nil {
 			return err
 		}
@@ -323,7 +345,6 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		if _, err := tx.Exec(ctx, sqlCheckpointReset, name, to); err != nil {
 			return err
 		}
-		var err error
 		pool, err = get(ctx, tx, name, false)
 		return err
 	})
