@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/service"
 	"github.com/riverbus/riverbus/migrations"
@@ -46,6 +47,9 @@ type Client struct {
 	// FanoutDisabled. Made by NewClient, run by each Start.
 	fanout   *engine.Fanout
 	advancer *engine.CheckpointAdvancer
+	// The retention service; nil with FanoutDisabled or
+	// Retention.Interval -1.
+	retainer *retention.Service
 }
 
 // NewClient validates cfg and returns a Client over db. It does not touch
@@ -69,6 +73,14 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 		})
 		if err != nil {
 			return nil, fmt.Errorf("riverbus: %w", err)
+		}
+		if c.Retention.Interval != -1 {
+			client.retainer, err = retention.NewService(db, &retention.ServiceConfig{
+				Interval: c.Retention.Interval, BatchSize: c.Retention.BatchSize, Logger: c.Logger,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("riverbus: %w", err)
+			}
 		}
 	}
 	if _, err := riverclient.Config(riverclient.Opts{Config: c.Work}); err != nil {
@@ -113,6 +125,9 @@ func (c *Client) Start(ctx context.Context) error {
 	if c.fanout != nil {
 		services = append(c.fanout.Services().All(), c.advancer)
 	}
+	if c.retainer != nil {
+		services = append(services, c.retainer)
+	}
 	if rc != nil {
 		if err := rc.Start(ctx); err != nil {
 			return fmt.Errorf("riverbus: start workers: %w", err)
@@ -122,8 +137,8 @@ func (c *Client) Start(ctx context.Context) error {
 	c.cancel, c.river, c.started = cancel, rc, true
 	c.stopped = make(chan struct{})
 	// The fan-out's services (horizon, pools, lane sweeper, late-event
-	// retirer, the listener that wakes them) and the checkpoint advancer,
-	// each in a goroutine of its own until Stop.
+	// retirer, the listener that wakes them), the checkpoint advancer and
+	// the retention service, each in a goroutine of its own until Stop.
 	for _, s := range services {
 		c.goService(func() { _ = s.Run(runCtx) })
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -28,6 +29,11 @@ type Config struct {
 	// Zero: CheckpointIntervalDefault. Ignored with FanoutDisabled.
 	CheckpointInterval time.Duration
 
+	// Retention configures the service that applies the event retention
+	// policy (README "Retention") in this Client. Ignored with
+	// FanoutDisabled.
+	Retention RetentionConfig
+
 	// Workers holds the handlers bound to pools (AddWorker). Nil: Start runs
 	// no River workers.
 	Workers *Workers
@@ -42,6 +48,24 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// RetentionIntervalDefault is how often a Client applies the event
+// retention policy by default.
+const RetentionIntervalDefault = retention.IntervalDefault
+
+// RetentionConfig configures the retention service a Client runs beside
+// the fan-out. It deletes nothing until an operator sets a policy
+// (Client.RetentionSet, `riverbus retention set`); any number of Clients
+// may run it.
+type RetentionConfig struct {
+	// Interval is how often the policy is applied. Zero:
+	// RetentionIntervalDefault. -1: this Client does not run the service
+	// (another process, or `riverbus retention --apply` from cron, does).
+	Interval time.Duration
+	// BatchSize is the most events one transaction deletes. Zero:
+	// retention's default (5,000).
+	BatchSize int
+}
+
 func (c *Config) withDefaults() (Config, error) {
 	out := Config{}
 	if c != nil {
@@ -50,6 +74,9 @@ func (c *Config) withDefaults() (Config, error) {
 	out.CheckpointInterval = cmp.Or(out.CheckpointInterval, CheckpointIntervalDefault)
 	if out.CheckpointInterval < 0 {
 		return out, fmt.Errorf("CheckpointInterval must be positive, got %s", out.CheckpointInterval)
+	}
+	if out.Retention.Interval < -1 {
+		return out, fmt.Errorf("Retention.Interval must be positive or -1 (not run), got %s", out.Retention.Interval)
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/retention"
 )
 
 // InitTestSignals makes the test signals of the client's services record
@@ -16,4 +17,11 @@ func (c *Client) InitTestSignals(t *testing.T) (*engine.Services, *engine.Checkp
 	s.Retirer.TestSignals.Init(t)
 	c.advancer.TestSignals.Init(t)
 	return s, c.advancer
+}
+
+// InitRetentionTestSignals makes the retention service's test signals
+// record values, and returns it. Call it before Start.
+func (c *Client) InitRetentionTestSignals(t *testing.T) *retention.Service {
+	c.retainer.TestSignals.Init(t)
+	return c.retainer
 }

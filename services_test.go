@@ -55,3 +55,37 @@ func TestClientStartRunsEveryService(t *testing.T) {
 		}
 	}
 }
+
+// Start runs the retention service: once a policy is set it deletes what
+// no pool needs, here every event the horizon passed (no pool exists).
+func TestClientStartRunsRetention(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	client, err := riverbus.NewClient(b.db, &riverbus.Config{
+		Fanout:    fanout.Config{PollInterval: 50 * time.Millisecond},
+		Retention: riverbus.RetentionConfig{Interval: 20 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	retainer := client.InitRetentionTestSignals(t)
+	appended, err := outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	seq := appended[0].GlobalSequence
+
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+	plan := retainer.TestSignals.Trimmed.WaitOrTimeout()
+	require.Equal(t, bustype.RetentionStopDisabled, plan.StoppedBy, "no policy: nothing is deleted")
+
+	policy, err := client.RetentionSet(ctx, true, 0)
+	require.NoError(t, err)
+	require.True(t, policy.Enabled)
+	retainer.TestSignals.Trimmed.WaitFor("the event trimmed", func(p bustype.RetentionPlan) bool {
+		return p.Policy.TrimmedThrough >= seq
+	})
+	events, err := outbox.Read(ctx, b.db, outbox.ReadParams{})
+	require.NoError(t, err)
+	require.Empty(t, events)
+
+	_, err = riverbus.NewClient(b.db, &riverbus.Config{Retention: riverbus.RetentionConfig{Interval: -2}})
+	require.ErrorContains(t, err, "Retention.Interval")
+}

@@ -37,6 +37,12 @@ const (
 	// RescueStuckJobsAfterNoTimeoutDefault is RescueStuckJobsAfter's default
 	// when JobTimeout is -1 (no timeout): River's default of one hour.
 	RescueStuckJobsAfterNoTimeoutDefault = time.Hour
+
+	// CompletedJobRetentionPeriodDefault and
+	// CancelledJobRetentionPeriodDefault are River's own: a finished job
+	// stays in river_job (and River UI) for a day.
+	CompletedJobRetentionPeriodDefault = 24 * time.Hour
+	CancelledJobRetentionPeriodDefault = 24 * time.Hour
 )
 
 // Config holds the River settings of a riverbus.Client's workers
@@ -69,6 +75,19 @@ type Config struct {
 	// purges them. riverbus keeps its own copy in riverbus_dead_letter
 	// either way, so a positive period is safe too.
 	DiscardedJobRetentionPeriod time.Duration
+
+	// CompletedJobRetentionPeriod is how long River's cleaner keeps
+	// completed jobs in river_job. Zero: CompletedJobRetentionPeriodDefault
+	// (River's 24 hours). -1: never delete them. riverbus needs no
+	// finished job (checkpoints follow the unfinished ones), so this is
+	// only how long River UI shows them. The cleaner runs in the River
+	// client elected leader among those that work jobs.
+	CompletedJobRetentionPeriod time.Duration
+
+	// CancelledJobRetentionPeriod is how long River's cleaner keeps
+	// cancelled jobs. Zero: CancelledJobRetentionPeriodDefault (River's 24
+	// hours). -1: never delete them.
+	CancelledJobRetentionPeriod time.Duration
 
 	// RetryRefreshInterval is how old a worker process's copy of the pools'
 	// retry schedules may get before it reads them again: a `pool update`

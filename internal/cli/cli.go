@@ -140,6 +140,7 @@ with OpenTelemetry when the standard OTEL_* variables ask for it
 		a.dlqCommand(),
 		a.appendCommand(),
 		a.repairCommand(),
+		a.retentionCommand(),
 	}
 	for _, c := range connecting {
 		a.databaseFlag(c.PersistentFlags())

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,10 +26,30 @@ func (a *app) newClient(db *pgxpool.Pool, ws *riverbus.Workers, fanoutDisabled b
 			TracerProvider:   a.tracerProvider,
 		},
 		FanoutDisabled: fanoutDisabled,
+		Retention:      riverbus.RetentionConfig{Interval: orNever(a.cfg.RetentionInterval)},
 		Workers:        ws,
-		Work:           workers.Config{Logger: a.riverLogger, TracerProvider: a.tracerProvider},
+		Work:           a.workConfig(),
 		Logger:         a.logger,
 	})
+}
+
+// workConfig is the River settings of this process's workers.
+func (a *app) workConfig() workers.Config {
+	return workers.Config{
+		CompletedJobRetentionPeriod: orNever(a.cfg.CompletedJobRetention),
+		CancelledJobRetentionPeriod: orNever(a.cfg.CancelledJobRetention),
+		DiscardedJobRetentionPeriod: orNever(a.cfg.DiscardedJobRetention),
+		Logger:                      a.riverLogger,
+		TracerProvider:              a.tracerProvider,
+	}
+}
+
+// orNever turns the environment's 0 (never, forever) into the library's -1.
+func orNever(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // operator connects and returns a client for operator commands (it runs

@@ -43,6 +43,7 @@ A database outage is logged and retried with backoff.`,
 		},
 	}
 	a.fanoutFlags(cmd)
+	a.retentionFlags(cmd)
 	return cmd
 }
 

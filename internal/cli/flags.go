@@ -30,6 +30,20 @@ func (a *app) fanoutFlags(cmd *cobra.Command) {
 	intSetting(f, &c.FanoutWorkers, "FANOUT_WORKERS")
 }
 
+// retentionFlags adds the retention service's setting: fanout and run.
+func (a *app) retentionFlags(cmd *cobra.Command) {
+	durationSetting(cmd.Flags(), &a.cfg.RetentionInterval, "RETENTION_INTERVAL")
+}
+
+// jobRetentionFlags adds River's job retention settings: the commands that
+// work jobs (run, work) and retention, which shows them.
+func (a *app) jobRetentionFlags(cmd *cobra.Command) {
+	f, c := cmd.Flags(), a.cfg
+	durationSetting(f, &c.CompletedJobRetention, "COMPLETED_JOB_RETENTION")
+	durationSetting(f, &c.CancelledJobRetention, "CANCELLED_JOB_RETENTION")
+	durationSetting(f, &c.DiscardedJobRetention, "DISCARDED_JOB_RETENTION")
+}
+
 // serveFlags adds the settings of River UI and the metrics endpoint: ui
 // and run.
 func (a *app) serveFlags(cmd *cobra.Command) {

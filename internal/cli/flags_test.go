@@ -31,6 +31,7 @@ func TestHelpShowsOnlyTheCommandsFlags(t *testing.T) {
 		db      = append([]string{"database-url"}, common...)
 		fanout  = []string{"batch-size", "fanout-workers", "gap-check-interval", "gap-timeout", "poll-interval"}
 		serving = []string{"metrics-addr", "metrics-password", "metrics-user", "ui-addr", "ui-allowed-hosts", "ui-password", "ui-user"}
+		jobs    = []string{"cancelled-job-retention", "completed-job-retention", "discarded-job-retention"}
 	)
 	for _, tc := range []struct {
 		args []string
@@ -43,10 +44,12 @@ func TestHelpShowsOnlyTheCommandsFlags(t *testing.T) {
 		{[]string{"pool", "reset"}, append([]string{"to", "wait"}, db...)},
 		{[]string{"status"}, append([]string{"json", "watch"}, db...)},
 		{[]string{"dlq", "retry"}, append([]string{"all", "pool"}, db...)},
-		{[]string{"work"}, append([]string{"concurrency", "pool", "secret-env", "timeout", "webhook"}, db...)},
-		{[]string{"fanout"}, append(slices.Clone(fanout), db...)},
+		{[]string{"work"}, append(append([]string{"concurrency", "pool", "secret-env", "timeout", "webhook"}, jobs...), db...)},
+		{[]string{"fanout"}, append(append([]string{"retention-interval"}, fanout...), db...)},
 		{[]string{"ui"}, append(slices.Clone(serving), db...)},
-		{[]string{"run"}, append(append([]string{"demo", "demo-rate"}, fanout...), append(slices.Clone(serving), db...)...)},
+		{[]string{"run"}, append(append(append([]string{"demo", "demo-rate", "retention-interval"}, fanout...), jobs...), append(slices.Clone(serving), db...)...)},
+		{[]string{"retention"}, append(append([]string{"apply", "batch-size", "json", "keep", "max-batches"}, jobs...), db...)},
+		{[]string{"retention", "set"}, append([]string{"keep", "off", "until-consumed"}, db...)},
 	} {
 		want := slices.Clone(tc.want)
 		slices.Sort(want)

@@ -44,7 +44,9 @@ the jobs.`,
 	cmd.Flags().BoolVar(&demo, "demo", false, "create demo pools, append demo traffic and run demo workers")
 	cmd.Flags().IntVar(&demoRate, "demo-rate", 20, "demo transactions appended per second")
 	a.fanoutFlags(cmd)
+	a.retentionFlags(cmd)
 	a.serveFlags(cmd)
+	a.jobRetentionFlags(cmd)
 	return cmd
 }
 

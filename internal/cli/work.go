@@ -99,6 +99,7 @@ Run as many as you like; they share the pool's jobs.`,
 	f.StringVar(&secretEnv, "secret-env", "", "name of the environment variable holding the signing secret")
 	f.IntVar(&concurrency, "concurrency", 10, "deliveries in flight at once in this process")
 	f.DurationVar(&timeout, "timeout", webhook.TimeoutDefault, "bound on one delivery")
+	a.jobRetentionFlags(cmd)
 	_ = cmd.MarkFlagRequired("pool")
 	_ = cmd.MarkFlagRequired("webhook")
 	return cmd

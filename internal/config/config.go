@@ -39,6 +39,11 @@ type Config struct {
 	BatchSize        int           `envconfig:"RIVERBUS_BATCH_SIZE" default:"1000" desc:"Most events a pool turns into jobs in one fan-out transaction."`
 	FanoutWorkers    int           `envconfig:"RIVERBUS_FANOUT_WORKERS" default:"4" desc:"Pools one fan-out process works on at the same time."`
 
+	RetentionInterval     time.Duration `envconfig:"RIVERBUS_RETENTION_INTERVAL" default:"1m" desc:"How often a fan-out process (run, fanout) applies the event retention policy set with riverbus retention set; 0: never in this process. Without a policy nothing is deleted."`
+	CompletedJobRetention time.Duration `envconfig:"RIVERBUS_COMPLETED_JOB_RETENTION" default:"24h" desc:"How long River's cleaner keeps completed jobs in river_job (and River UI); 0: forever. River's cleaner runs in a process that works jobs."`
+	CancelledJobRetention time.Duration `envconfig:"RIVERBUS_CANCELLED_JOB_RETENTION" default:"24h" desc:"How long River's cleaner keeps cancelled jobs in river_job; 0: forever."`
+	DiscardedJobRetention time.Duration `envconfig:"RIVERBUS_DISCARDED_JOB_RETENTION" default:"0s" desc:"How long River's cleaner keeps discarded jobs in river_job; 0: forever. Dead letters stay in riverbus_dead_letter either way."`
+
 	UIAddr          string   `envconfig:"RIVERBUS_UI_ADDR" default:"127.0.0.1:8080" desc:"Address River UI listens on. A non-loopback address requires RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD."`
 	UIUser          string   `envconfig:"RIVERBUS_UI_USER" desc:"Basic-auth user for River UI; with RIVERBUS_UI_PASSWORD, the UI requires it."`
 	UIPassword      string   `envconfig:"RIVERBUS_UI_PASSWORD" desc:"Basic-auth password for River UI."`
@@ -153,6 +158,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%s must be between 1 and 100000, got %d", v("BATCH_SIZE"), c.BatchSize)
 	case c.FanoutWorkers < 1 || c.FanoutWorkers > 1000:
 		return fmt.Errorf("%s must be between 1 and 1000, got %d", v("FANOUT_WORKERS"), c.FanoutWorkers)
+	case c.RetentionInterval < 0:
+		return fmt.Errorf("%s must not be negative, got %s", v("RETENTION_INTERVAL"), c.RetentionInterval)
+	case c.CompletedJobRetention < 0:
+		return fmt.Errorf("%s must not be negative, got %s", v("COMPLETED_JOB_RETENTION"), c.CompletedJobRetention)
+	case c.CancelledJobRetention < 0:
+		return fmt.Errorf("%s must not be negative, got %s", v("CANCELLED_JOB_RETENTION"), c.CancelledJobRetention)
+	case c.DiscardedJobRetention < 0:
+		return fmt.Errorf("%s must not be negative, got %s", v("DISCARDED_JOB_RETENTION"), c.DiscardedJobRetention)
 	case (c.UIUser == "") != (c.UIPassword == ""):
 		return fmt.Errorf("%s and %s must be set together", v("UI_USER"), v("UI_PASSWORD"))
 	case (c.MetricsUser == "") != (c.MetricsPassword == ""):

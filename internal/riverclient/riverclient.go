@@ -57,6 +57,8 @@ func Config(opts Opts) (*river.Config, error) {
 		JobTimeout:                  opts.JobTimeout,
 		RescueStuckJobsAfter:        opts.RescueStuckJobsAfter,
 		DiscardedJobRetentionPeriod: opts.DiscardedJobRetentionPeriod,
+		CompletedJobRetentionPeriod: opts.CompletedJobRetentionPeriod,
+		CancelledJobRetentionPeriod: opts.CancelledJobRetentionPeriod,
 		Logger:                      opts.Logger,
 		Workers:                     opts.Workers,
 	}
@@ -96,6 +98,19 @@ func Config(opts Opts) (*river.Config, error) {
 		cfg.DiscardedJobRetentionPeriod = -1
 	case cfg.DiscardedJobRetentionPeriod < -1:
 		return nil, fmt.Errorf("DiscardedJobRetentionPeriod must be positive or -1 (keep forever), got %s", cfg.DiscardedJobRetentionPeriod)
+	}
+
+	switch {
+	case cfg.CompletedJobRetentionPeriod == 0:
+		cfg.CompletedJobRetentionPeriod = workers.CompletedJobRetentionPeriodDefault
+	case cfg.CompletedJobRetentionPeriod < -1:
+		return nil, fmt.Errorf("CompletedJobRetentionPeriod must be positive or -1 (keep forever), got %s", cfg.CompletedJobRetentionPeriod)
+	}
+	switch {
+	case cfg.CancelledJobRetentionPeriod == 0:
+		cfg.CancelledJobRetentionPeriod = workers.CancelledJobRetentionPeriodDefault
+	case cfg.CancelledJobRetentionPeriod < -1:
+		return nil, fmt.Errorf("CancelledJobRetentionPeriod must be positive or -1 (keep forever), got %s", cfg.CancelledJobRetentionPeriod)
 	}
 
 	if len(opts.Queues) > 0 {

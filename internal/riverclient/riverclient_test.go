@@ -39,6 +39,8 @@ func TestConfig(t *testing.T) {
 		require.Equal(t, time.Minute, cfg.JobTimeout)
 		require.Equal(t, 2*time.Minute, cfg.RescueStuckJobsAfter)
 		require.Equal(t, time.Duration(-1), cfg.DiscardedJobRetentionPeriod)
+		require.Equal(t, 24*time.Hour, cfg.CompletedJobRetentionPeriod)
+		require.Equal(t, 24*time.Hour, cfg.CancelledJobRetentionPeriod)
 		require.Equal(t, map[string]river.QueueConfig{"billing": {MaxWorkers: 50}, "audit": {MaxWorkers: 5}}, cfg.Queues)
 		require.Same(t, ws, cfg.Workers)
 		require.Nil(t, cfg.RetryPolicy, "no DB: River's default")
@@ -50,13 +52,16 @@ func TestConfig(t *testing.T) {
 
 	t.Run("Overrides", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := riverclient.Config(riverclient.Opts{Config: workers.Config{FetchCooldown: 2 * time.Millisecond, FetchPollInterval: time.Second, JobTimeout: 10 * time.Second, DiscardedJobRetentionPeriod: 24 * time.Hour}})
+		cfg, err := riverclient.Config(riverclient.Opts{Config: workers.Config{FetchCooldown: 2 * time.Millisecond, FetchPollInterval: time.Second, JobTimeout: 10 * time.Second, DiscardedJobRetentionPeriod: 24 * time.Hour,
+			CompletedJobRetentionPeriod: time.Hour, CancelledJobRetentionPeriod: -1}})
 		require.NoError(t, err)
 		require.Equal(t, 2*time.Millisecond, cfg.FetchCooldown)
 		require.Equal(t, time.Second, cfg.FetchPollInterval)
 		require.Equal(t, 10*time.Second, cfg.JobTimeout)
 		require.Equal(t, 70*time.Second, cfg.RescueStuckJobsAfter)
 		require.Equal(t, 24*time.Hour, cfg.DiscardedJobRetentionPeriod)
+		require.Equal(t, time.Hour, cfg.CompletedJobRetentionPeriod)
+		require.Equal(t, time.Duration(-1), cfg.CancelledJobRetentionPeriod)
 		require.Nil(t, cfg.Queues, "no queues: an insert-only client")
 
 		cfg, err = riverclient.Config(riverclient.Opts{Config: workers.Config{JobTimeout: -1}})
@@ -83,6 +88,8 @@ func TestConfig(t *testing.T) {
 		{"RescueNegative", riverclient.Opts{Config: workers.Config{RescueStuckJobsAfter: -time.Second}}, "RescueStuckJobsAfter must be positive, got -1s"},
 		{"RescueNotAfterTimeout", riverclient.Opts{Config: workers.Config{JobTimeout: time.Minute, RescueStuckJobsAfter: time.Minute}}, "RescueStuckJobsAfter must be longer than JobTimeout (1m0s), got 1m0s"},
 		{"DiscardedRetentionNegative", riverclient.Opts{Config: workers.Config{DiscardedJobRetentionPeriod: -time.Hour}}, "DiscardedJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
+		{"CompletedRetentionNegative", riverclient.Opts{Config: workers.Config{CompletedJobRetentionPeriod: -2}}, "CompletedJobRetentionPeriod must be positive or -1 (keep forever), got -2ns"},
+		{"CancelledRetentionNegative", riverclient.Opts{Config: workers.Config{CancelledJobRetentionPeriod: -time.Hour}}, "CancelledJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
 		{"RetryRefreshNegative", riverclient.Opts{Config: workers.Config{RetryRefreshInterval: -time.Second}}, "RetryRefreshInterval must be positive, got -1s"},
 		{"QueuesWithoutWorkers", riverclient.Opts{Queues: map[string]int{"billing": 1}}, "Workers must be set when Queues is not empty"},
 		{"QueueEmptyName", riverclient.Opts{Queues: map[string]int{"": 1}, Workers: ws}, "Queues must not have an empty queue name"},
