@@ -136,7 +136,10 @@ func (c *Client) setPoolStatus(ctx context.Context, name string, status bustype.
 
 // PoolReset moves a pool's cursor and checkpoint to after sequence to, so
 // every later event is delivered again (rebuilding a projection). Jobs
-// already created are left alone.
+// already created are left alone. After event retention deleted old
+// events, to 0 means where the log begins (RetentionPolicy.TrimmedThrough),
+// and any other to below it is refused with an error wrapping
+// bustype.ErrInvalidPool.
 func (c *Client) PoolReset(ctx context.Context, name string, to int64) (*bustype.Pool, error) {
 	return pools.Reset(ctx, c.db, name, to)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/retention"
 )
 
 // StatusStuckAfter is how long a pool's checkpoint may stand still behind a
@@ -55,6 +56,11 @@ type Status struct {
 	GapsProvenDead int64 `json:"gaps_proven_dead_total"`
 	GapsSkipped    int64 `json:"gaps_skipped_total"`
 	LateEvents     int64 `json:"late_events_total"`
+	// RetentionTrimmedThrough is where the log begins after event
+	// retention (every event at or below it may have been deleted; 0:
+	// none), and RetentionEventsTrimmed counts the events it deleted.
+	RetentionTrimmedThrough int64 `json:"retention_trimmed_through"`
+	RetentionEventsTrimmed  int64 `json:"retention_events_trimmed_total"`
 	// Pools are the pools, by name; nil when there is none.
 	Pools []*StatusPool `json:"pools"`
 	// Problems are the broken assumptions of the gap proof; empty (not
@@ -202,6 +208,11 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		return nil, fmt.Errorf("last sequence: %w", err)
 	}
 	st.HorizonAgeSeconds = max(0, dbNow.Sub(h.UpdatedAt).Seconds())
+	policy, err := retention.GetPolicy(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	st.RetentionTrimmedThrough, st.RetentionEventsTrimmed = policy.TrimmedThrough, policy.EventsTrimmed
 	all, err := pools.List(ctx, tx)
 	if err != nil {
 		return nil, err

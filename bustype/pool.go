@@ -254,8 +254,10 @@ type PoolParams struct {
 	// Retry is when a failed job is attempted again. Zero fields: the
 	// defaults (RetryScheduleDefault); Retry.Jitter -1: no jitter.
 	Retry RetrySchedule
-	// From is where a new pool starts. Zero value: the beginning. Ignored
-	// when the pool already exists.
+	// From is where a new pool starts. Zero value: the beginning, which
+	// after event retention is the oldest retained event; a sequence below
+	// where the log begins is refused. Ignored when the pool already
+	// exists.
 	From StartPosition
 	// Update lets CreatePool change the settings of an existing pool.
 	Update bool

@@ -134,6 +134,7 @@ var scenarios = []scenario{
 	{"big-transaction", runBigTx},
 	{"live-during-rebuild", runLiveDuringRebuild},
 	{"scale-out", runScaleOut},
+	{"retention", runRetention},
 }
 
 // ScenarioNames returns the names Opts.Scenarios accepts, in the order Run

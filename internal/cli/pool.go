@@ -295,7 +295,8 @@ func (a *app) poolResetCommand() *cobra.Command {
 		Use:   "reset NAME --to SEQ",
 		Short: "Fan a pool's history out again from a position (rebuild a projection)",
 		Long: `Moves the pool's cursor back so that every event after SEQ becomes a job again.
---to 0 re-delivers the whole log. Jobs already created are left alone.`,
+--to 0 re-delivers the whole log (what event retention kept of it; a SEQ
+below where the log begins is refused). Jobs already created are left alone.`,
 		Example: `  riverbus pool reset projections --to 0 --wait`,
 		Args:    exactArgs(1, "a pool name"),
 		RunE: func(cmd *cobra.Command, args []string) error {

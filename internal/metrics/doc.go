@@ -39,6 +39,8 @@
 //	riverbus_late_events_total       skipped sequences that committed after all
 //	riverbus_horizon_problem         1 while an assumption of the gap proof is broken
 //	                                 (labels problem, blocks; every problem, 0 included)
+//	riverbus_retention_trimmed_through where the log begins: events at or below it may be deleted
+//	riverbus_retention_events_trimmed_total events deleted by event retention
 //
 // This process's fan-out (not read from the database; each process that
 // runs one reports its own):

@@ -45,6 +45,9 @@ var (
 	descLateEvents     = newDesc("late_events_total", "Skipped sequences that committed after all (late events).")
 	descHorizonProblem = newDesc("horizon_problem", "1 while an assumption of the gap proof is broken (see engine.CheckAssumptions and riverbus status); while one with blocks=\"true\" holds, the horizon proves and skips no gap.", "problem", "blocks")
 
+	descRetentionTrimmed = newDesc("retention_trimmed_through", "Where the event log begins after retention: every event at or below it may have been deleted (0: none).")
+	descRetentionEvents  = newDesc("retention_events_trimmed_total", "Events deleted by event retention.")
+
 	descPoolCursor     = newDesc("pool_cursor", "Every event at or below the cursor has been turned into a job of the pool or filtered out.", "pool")
 	descPoolCheckpoint = newDesc("pool_checkpoint", "Every job of the pool for an event at or below the checkpoint is finished (as last stored).", "pool")
 	descPoolLag        = newDesc("pool_lag", "Horizon minus checkpoint: events the pool has not finished yet (0 when the checkpoint is ahead).", "pool")
@@ -60,6 +63,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descUp, descScrapeDuration, descStateReads,
 		descHorizon, descHorizonAge, descLastSequence, descLastCommitted, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents, descHorizonProblem,
+		descRetentionTrimmed, descRetentionEvents,
 		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolUndeliv, descPoolPaused,
 		descPoolHeld, descPoolHolderTry,
 	}
@@ -156,6 +160,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descGapsProvenDead, prometheus.CounterValue, float64(s.GapsProvenDead))
 	emit(ch, descGapsSkipped, prometheus.CounterValue, float64(s.GapsSkipped))
 	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.LateEvents))
+	emit(ch, descRetentionTrimmed, prometheus.GaugeValue, float64(s.RetentionTrimmedThrough))
+	emit(ch, descRetentionEvents, prometheus.CounterValue, float64(s.RetentionEventsTrimmed))
 	// Every problem, 0 included, so an alert's series never vanishes.
 	for _, code := range horizon.ProblemCodes {
 		v, blocks := 0.0, horizon.ProblemBlocks(code)

@@ -314,7 +314,9 @@ func translatePoolErr(err error) error {
 // Reset moves a pool's cursor to after sequence to, so every event above
 // it is fanned out again (rebuilding a projection from history), and sets
 // its checkpoint to the same place. It waits for a fan-out batch of the pool
-// in flight to finish. Jobs already created are left alone.
+// in flight to finish, and for a retention batch in flight (DESIGN.md §8):
+// to 0 is where the log begins after retention, and a to below that is an
+// bustype.ErrInvalidPool error. Jobs already created are left alone.
 func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype.Pool, error) {
 	if to < 0 {
 		return nil, fmt.Errorf("%w: reset position must be >= 0, got %d", bustype.ErrInvalidPool, to)
