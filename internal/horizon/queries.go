@@ -235,6 +235,7 @@ FROM riverbus_horizon`
 SELECT GREATEST(
 	coalesce((SELECT max(last_sequence) FROM riverbus_skipped), 0),
 	coalesce((SELECT max(sequence) FROM riverbus_late), 0),
+	coalesce((SELECT trimmed_through FROM riverbus_retention), 0),
 	LEAST(coalesce((SELECT min(cursor_seq) FROM riverbus_pool), 0),
 		coalesce((SELECT min(first_sequence) - 1 FROM riverbus_gap), 9223372036854775807)))
 ON CONFLICT (id) DO NOTHING

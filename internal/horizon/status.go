@@ -71,7 +71,9 @@ type RepairResult struct {
 // V walks (V, H] again: visible sequences pass, missing ones become gaps and
 // are proven again (or skipped and watched). The largest values known to be
 // at or below H are the last sequence of any skipped range and the highest
-// late event (both were passed by the horizon). Starting at their maximum
+// late event (both were passed by the horizon), and where the log begins
+// after event retention (retention deletes only what the horizon passed:
+// starting lower would walk the deleted numbers as gaps). Starting at their maximum
 // means no range is walked again, so no skipped range can ever overlap a
 // new one. Above that it may take the lowest pool cursor, capped below the
 // lowest open gap: a pool never reads at or below its cursor, so for every

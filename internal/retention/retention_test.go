@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/fanouttest"
+	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
@@ -267,6 +268,12 @@ func TestHorizonLateAndDeadLetterHolds(t *testing.T) {
 	plan, err := retention.Trim(ctx, b.db, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(30), plan.Through, "a missing horizon row holds everything")
+	// Its repair starts where the log begins, even with no pool left: the
+	// deleted numbers are not walked again as gaps.
+	exec(`DELETE FROM riverbus_pool`)
+	repaired, err := horizon.Repair(ctx, b.db)
+	require.NoError(t, err)
+	require.Equal(t, int64(30), repaired.Horizon)
 }
 
 // A transaction is deleted whole or not at all: a transaction-grouped pool
