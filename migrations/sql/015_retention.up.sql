@@ -133,22 +133,26 @@ BEGIN
   v_cutoff := coalesce(p_now, now()) - v_keep;
 
   -- The candidates, through the primary key: at most p_limit rows, so a
-  -- step costs the same however long the log is. The transaction probe is
-  -- one scan of (transaction_id, global_sequence) per candidate.
-  WITH b AS (
+  -- step costs the same however long the log is. The transaction rule
+  -- probes each distinct transaction once, for its last event, through
+  -- (transaction_id, global_sequence) backwards (a scalar min/max
+  -- subquery: never a scan of the events above the floor, which a hashed
+  -- EXISTS would make).
+  WITH b AS MATERIALIZED (
     SELECT e.global_sequence AS seq, e.occurred_at, e.transaction_id FROM riverbus_event e
     WHERE e.global_sequence > v_from AND e.global_sequence <= v_floor
     ORDER BY e.global_sequence LIMIT p_limit
+  ), x AS MATERIALIZED (
+    SELECT t.transaction_id,
+      (SELECT max(e.global_sequence) FROM riverbus_event e WHERE e.transaction_id = t.transaction_id) AS last
+    FROM (SELECT DISTINCT b.transaction_id FROM b) t
   ), s AS (
-    SELECT b.seq,
-      CASE WHEN b.occurred_at > v_cutoff THEN 'keep'
-           WHEN EXISTS (SELECT 1 FROM riverbus_event t WHERE t.transaction_id = b.transaction_id AND t.global_sequence > v_floor)
-             THEN 'transaction' END AS why
-    FROM b
+    SELECT b.seq, CASE WHEN b.occurred_at > v_cutoff THEN 'keep' WHEN x.last > v_floor THEN 'transaction' END AS why
+    FROM b JOIN x ON x.transaction_id = b.transaction_id
   )
   SELECT (SELECT count(*) FROM s), (SELECT max(seq) FROM s), f.seq, f.why
   INTO v_n, v_max, v_stop, v_why
-  FROM (SELECT NULL) x LEFT JOIN LATERAL (SELECT seq, why FROM s WHERE why IS NOT NULL ORDER BY seq LIMIT 1) f ON true;
+  FROM (SELECT NULL) o LEFT JOIN LATERAL (SELECT seq, why FROM s WHERE why IS NOT NULL ORDER BY seq LIMIT 1) f ON true;
 
   IF v_stop IS NOT NULL THEN
     v_through := v_stop - 1;
