@@ -10,14 +10,16 @@
 //
 // NewClient takes a pgxpool.Pool and a Config; Start runs everything a
 // riverbus process runs (the horizon, the fan-out of every active pool,
-// checkpoint advancing, lane sweeps, late-event retirement and, when
+// checkpoint advancing, lane sweeps, late-event retirement, event
+// retention under the operator's policy (Config.Retention) and, when
 // Config.Workers is set, River workers for the pools), and Stop ends it.
 // The same Client is the operator API: pools (PoolCreate, PoolGet,
 // PoolList, PoolUpdate, PoolPause, PoolResume, PoolReset, PoolDelete),
 // dead letters (DeadLetterList, DeadLetterGet, DeadLetterRetry,
 // DeadLetterRetryPool, DeadLetterPurge, DeadLetterPurgePool), checkpoints
-// (CheckpointGet, CheckpointHolder, CheckpointWait) and a status snapshot
-// (Status). Operator methods need no Start.
+// (CheckpointGet, CheckpointHolder, CheckpointWait), event retention
+// (RetentionSet, RetentionPolicy, RetentionPlan, RetentionTrim) and a
+// status snapshot (Status). Operator methods need no Start.
 //
 // # Handlers
 //

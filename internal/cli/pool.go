@@ -117,7 +117,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 	f.DurationVar(&retry.MaxDelay, "retry-max-delay", 0, fmt.Sprintf("longest delay before a retry, a webhook's Retry-After included, at most %s (default %s)", bustype.RetryMaxDelayMax, bustype.RetryMaxDelayDefault))
 	f.Float64Var(&retry.Jitter, "retry-jitter", 0, fmt.Sprintf("largest random fraction a delay is shortened by, 0 (none) to 1 (default %g)", bustype.RetryJitterDefault))
 	if !update {
-		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning, now, or a sequence number (delivers events after it)")
+		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning (the oldest event retention kept), now, or a sequence number (delivers events after it)")
 		f.BoolVar(&allowUpdate, "update", false, "change the settings of an existing pool instead of failing")
 	}
 	return cmd
