@@ -449,3 +449,50 @@ func TestServiceRuns(t *testing.T) {
 	_, err = retention.NewService(b.db, &retention.ServiceConfig{BatchSize: -1})
 	require.ErrorContains(t, err, "BatchSize")
 }
+
+// A real late event: the horizon skips a writer's sequence on the gap
+// timeout and watches it. Retention stops below the skipped sequence while
+// the writer is open, and below the late event until every pool has
+// handled it; no pool loses it.
+func TestLateEventThroughHorizon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	f := fanouttest.NewFanout(t, db, fanout.Config{GapTimeout: time.Hour})
+	clock := fanouttest.Clock(f)
+	b := &testBundle{db: db, f: f}
+	fanouttest.CreatePool(t, db, bustype.PoolParams{Name: "p1"})
+	fanouttest.CreatePool(t, db, bustype.PoolParams{Name: "p2"})
+	before := appendEvents(t, db, 5, time.Time{})
+	writer, held := fanouttest.OpenWriter(t, db) // holds the next sequence
+	after := appendEvents(t, db, 5, time.Time{})
+	fanouttest.Pass(t, f) // records the gap at held
+	clock.Advance(2 * time.Hour)
+	consume(t, b) // skips held, fans out the rest
+	require.Equal(t, after, fanouttest.Horizon(t, db).Horizon)
+	setPolicy(t, db, 0)
+
+	plan, err := retention.Trim(ctx, db, nil)
+	require.NoError(t, err)
+	require.Equal(t, before, plan.Through, "the skipped sequence holds the floor")
+	require.Equal(t, "skipped", plan.HeldBy().Rule)
+
+	require.NoError(t, writer.Commit(ctx)) // the late event
+	fanouttest.Pass(t, f)                  // a round records it late
+	plan, err = retention.Trim(ctx, db, nil)
+	require.NoError(t, err)
+	require.Equal(t, before, plan.Through, "the late event holds the floor until every pool handled it")
+	require.Equal(t, int64(1), eventCount(t, db, held-1)-eventCount(t, db, held))
+
+	consume(t, b) // delivered late to both pools, then retired
+	consume(t, b)
+	for _, pool := range []string{"p1", "p2"} {
+		jobs, late := fanouttest.Jobs(t, db, pool)
+		require.Equal(t, 1, jobs[held], pool)
+		require.True(t, late[held], pool)
+	}
+	plan, err = retention.Trim(ctx, db, nil)
+	require.NoError(t, err)
+	require.Equal(t, after, plan.Through, "retired: nothing holds it any more")
+	require.Zero(t, eventCount(t, db, 0))
+}

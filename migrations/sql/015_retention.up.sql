@@ -40,7 +40,8 @@ CREATE TABLE riverbus_retention_lock ();
 -- is kept. The effective floor is the least of them.
 --   horizon      nothing above the horizon: the horizon still has to prove it
 --   pool         each pool's checkpoint (paused pools too: every row of
---                riverbus_pool), or its cursor when lower
+--                riverbus_pool), or its cursor or its lowest unfinished job
+--                when lower
 --   skipped      below the lowest skipped range: an event may still commit
 --                inside it late, and every pool must get it
 --   late         below the lowest late event not yet retired
@@ -51,7 +52,12 @@ CREATE FUNCTION riverbus_retention_holds() RETURNS TABLE (rule text, holder text
 LANGUAGE sql STABLE AS $$
   SELECT 'horizon', '', coalesce((SELECT h.horizon FROM riverbus_horizon h), 0)
   UNION ALL
-  SELECT 'pool', p.name, LEAST(p.cursor_seq, coalesce(pc.checkpoint_seq, p.start_after))
+  SELECT 'pool', p.name, LEAST(p.cursor_seq, coalesce(pc.checkpoint_seq, p.start_after),
+    -- Its lowest unfinished job (one probe of 002's index, whose expression
+    -- this is): a late event's or a retried dead letter's job can be below
+    -- the stored checkpoint, which only moves forward.
+    (SELECT min((CASE WHEN j.args->>'global_sequence' ~ '^[0-9]{1,18}$' THEN (j.args->>'global_sequence')::bigint END)) - 1
+     FROM river_job j WHERE j.kind = p.name AND j.state NOT IN ('cancelled', 'completed', 'discarded')))
   FROM riverbus_pool p LEFT JOIN riverbus_pool_checkpoint pc ON pc.pool = p.name
   UNION ALL
   (SELECT 'skipped', s.first_sequence || '-' || s.last_sequence, s.first_sequence - 1
