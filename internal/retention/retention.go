@@ -130,6 +130,19 @@ func walk(ctx context.Context, db database.DB, opts *Opts, apply bool) (*bustype
 	}
 	plan := &bustype.RetentionPlan{Policy: policy, From: policy.TrimmedThrough, Through: policy.TrimmedThrough, Applied: apply}
 	from := policy.TrimmedThrough
+	// No policy: nothing to delete, and no need to take the lock that pool
+	// resets wait for (the service asks every interval in every process).
+	// A policy set meanwhile is applied next time.
+	if apply && !policy.Enabled {
+		plan.StoppedBy = bustype.RetentionStopDisabled
+		if plan.Holds, err = Holds(ctx, db); err != nil {
+			return plan, err
+		}
+		if len(plan.Holds) > 0 {
+			plan.Floor = plan.Holds[0].Floor
+		}
+		return plan, nil
+	}
 	for {
 		var now *time.Time
 		if opts.Now != nil {
