@@ -64,6 +64,9 @@ func TestRetentionCommands(t *testing.T) {
 	require.Equal(t, int64(3), shown.Policy.EventsTrimmed)
 	require.Equal(t, "1h0m0s", shown.River["completed"])
 
+	r = ok(t, run(t, dbURL, "status"))
+	require.Contains(t, r.stdout, "events deleted by retention 3 (the log begins after 3)")
+
 	r = run(t, dbURL, "pool", "create", "orders", "--from", "2")
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "retention removed every event up to 3")

@@ -123,8 +123,12 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 			"is a fan-out running (riverbus fanout or riverbus run)? Else an open gap or a problem below holds it.\n",
 			r.LastCommitted, stalled.Round(time.Second))
 	}
-	fmt.Fprintf(w, "since the start: gaps proven rolled back %d, skipped by timeout %d, late events %d\n\n",
+	fmt.Fprintf(w, "since the start: gaps proven rolled back %d, skipped by timeout %d, late events %d",
 		r.GapsProvenDead, r.GapsSkipped, r.LateEvents)
+	if r.RetentionEventsTrimmed > 0 {
+		fmt.Fprintf(w, ", events deleted by retention %d (the log begins after %d)", r.RetentionEventsTrimmed, r.RetentionTrimmedThrough)
+	}
+	fmt.Fprint(w, "\n\n")
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "PROBLEM %s (%s): %s\n  fix: %s\n\n", p.Code, p.Detail, p.Message, p.Fix)
 	}
