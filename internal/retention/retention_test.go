@@ -496,3 +496,44 @@ func TestLateEventThroughHorizon(t *testing.T) {
 	require.Equal(t, after, plan.Through, "retired: nothing holds it any more")
 	require.Zero(t, eventCount(t, db, 0))
 }
+
+// Appends go on while retention deletes: they land above the horizon, far
+// from the batches, and every one of them is delivered.
+func TestAppendsDuringTrim(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	fanouttest.CreatePool(t, b.db, bustype.PoolParams{Name: "p1"})
+	first := insertMany(t, b.db, 5000)
+	consume(t, b)
+	setPolicy(t, b.db, 0)
+
+	done := make(chan struct{})
+	appended := make(chan int64, 1)
+	go func() {
+		var last int64
+		defer func() { appended <- last }()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := b.db.QueryRow(ctx, `INSERT INTO riverbus_event (type, data) VALUES ('live', '{}') RETURNING global_sequence`).Scan(&last); err != nil {
+				return
+			}
+		}
+	}()
+	plan, err := retention.Trim(ctx, b.db, &retention.Opts{BatchSize: 100})
+	close(done)
+	last := <-appended
+	require.NoError(t, err)
+	require.Equal(t, first, plan.Through, "the pool had passed the first 5000; the live ones wait for it")
+	require.Greater(t, last, first, "events were appended meanwhile")
+
+	consume(t, b)
+	jobs, _ := fanouttest.Jobs(t, b.db, "p1")
+	for seq := first + 1; seq <= last; seq++ {
+		require.Equal(t, 1, jobs[seq], "event %d", seq)
+	}
+	require.Equal(t, last-first, eventCount(t, b.db, 0))
+}
