@@ -17,9 +17,13 @@ func (a *app) fanoutCommand() *cobra.Command {
 instances share the work through row and advisory locks, no leader needed.
 A database outage is logged and retried with backoff.`,
 		Example: `  RIVERBUS_GAP_TIMEOUT=10s riverbus fanout
-  riverbus fanout --gap-timeout 10s --batch-size 500`,
+  riverbus fanout --gap-timeout 10s --batch-size 500
+  riverbus fanout --process-metrics-addr 127.0.0.1:9091   # this process's round and batch times`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.serveProcessMetrics(cmd.Context()); err != nil {
+				return err
+			}
 			u, err := a.requireURL()
 			if err != nil {
 				return err
@@ -44,6 +48,7 @@ A database outage is logged and retried with backoff.`,
 	}
 	a.fanoutFlags(cmd)
 	a.retentionFlags(cmd)
+	a.processMetricsFlags(cmd)
 	return cmd
 }
 

@@ -150,3 +150,44 @@ basic auth; binding anything but a loopback address without them is refused.`,
 	a.serveFlags(cmd)
 	return cmd
 }
+
+// processMetricsFlags adds the settings of this process's own metrics
+// endpoint: fanout and work.
+func (a *app) processMetricsFlags(cmd *cobra.Command) {
+	f, c := cmd.Flags(), a.cfg
+	stringSetting(f, &c.ProcessMetricsAddr, "PROCESS_METRICS_ADDR")
+	stringSetting(f, &c.MetricsUser, "METRICS_USER")
+	secretSetting(f, &c.MetricsPassword, "METRICS_PASSWORD")
+}
+
+// serveProcessMetrics serves this process's own metrics
+// (metrics.NewProcessRegistry) on RIVERBUS_PROCESS_METRICS_ADDR until ctx
+// ends, and returns at once: nothing when the address is empty, an error
+// when it cannot listen there. It reads nothing from the database, so any
+// number of fan-out and worker processes can be scraped without loading it.
+func (a *app) serveProcessMetrics(ctx context.Context) error {
+	addr := a.cfg.ProcessMetricsAddr
+	if addr == "" {
+		return nil
+	}
+	if err := ui.CheckProcessMetricsBind(addr, a.cfg.MetricsUser, a.cfg.MetricsPassword); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("process metrics: listen on %s (RIVERBUS_PROCESS_METRICS_ADDR or --process-metrics-addr): %w", addr, err)
+	}
+	var h http.Handler = metrics.Handler(metrics.NewProcessRegistry())
+	if a.cfg.MetricsUser != "" {
+		h = ui.BasicAuth(h, a.cfg.MetricsUser, a.cfg.MetricsPassword)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h)
+	a.logger.Info("process metrics", "url", listenerURL(ln, "/metrics"))
+	go func() {
+		if err := ui.ServeListener(ctx, ln, mux, a.serveOpts()); err != nil {
+			a.logger.Error("process metrics stopped", "error", err)
+		}
+	}()
+	return nil
+}

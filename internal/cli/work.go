@@ -47,6 +47,9 @@ Run as many as you like; they share the pool's jobs.`,
 					return err
 				}
 			}
+			if err := a.serveProcessMetrics(ctx); err != nil {
+				return err
+			}
 			ws := riverbus.NewWorkers()
 			if err := webhook.Bind(ws, webhook.Config{Pool: pool, URL: url, Secret: secret, Timeout: timeout, Logger: a.logger},
 				&riverbus.WorkerOpts{MaxWorkers: concurrency}); err != nil {
@@ -100,6 +103,7 @@ Run as many as you like; they share the pool's jobs.`,
 	f.IntVar(&concurrency, "concurrency", 10, "deliveries in flight at once in this process")
 	f.DurationVar(&timeout, "timeout", webhook.TimeoutDefault, "bound on one delivery")
 	a.jobRetentionFlags(cmd)
+	a.processMetricsFlags(cmd)
 	_ = cmd.MarkFlagRequired("pool")
 	_ = cmd.MarkFlagRequired("webhook")
 	return cmd

@@ -49,8 +49,11 @@ type Config struct {
 	UIPassword      string   `envconfig:"RIVERBUS_UI_PASSWORD" desc:"Basic-auth password for River UI."`
 	UIAllowedHosts  []string `envconfig:"RIVERBUS_UI_ALLOWED_HOSTS" desc:"Comma-separated host or host:port names a reverse proxy forwards River UI and metrics requests under. Requests for any other Host than the address served are refused (DNS rebinding)."`
 	MetricsAddr     string   `envconfig:"RIVERBUS_METRICS_ADDR" default:"127.0.0.1:9090" desc:"Address of the Prometheus metrics endpoint (/metrics). Empty disables it. A non-loopback address requires RIVERBUS_METRICS_USER and RIVERBUS_METRICS_PASSWORD."`
-	MetricsUser     string   `envconfig:"RIVERBUS_METRICS_USER" desc:"Basic-auth user for the metrics endpoint; with RIVERBUS_METRICS_PASSWORD, scrapes require it."`
-	MetricsPassword string   `envconfig:"RIVERBUS_METRICS_PASSWORD" desc:"Basic-auth password for the metrics endpoint."`
+	MetricsUser     string   `envconfig:"RIVERBUS_METRICS_USER" desc:"Basic-auth user for the metrics endpoints (RIVERBUS_METRICS_ADDR and RIVERBUS_PROCESS_METRICS_ADDR); with RIVERBUS_METRICS_PASSWORD, scrapes require it."`
+	MetricsPassword string   `envconfig:"RIVERBUS_METRICS_PASSWORD" desc:"Basic-auth password for the metrics endpoints."`
+	// ProcessMetricsAddr has no default: fanout and work run many to a
+	// host, and a default port would make the second one fail.
+	ProcessMetricsAddr string `envconfig:"RIVERBUS_PROCESS_METRICS_ADDR" desc:"Address where fanout and work serve this process's own metrics (/metrics: fan-out round and batch times, Go runtime, process), not the database-wide figures run and ui serve. Empty (the default) disables it. A non-loopback address requires RIVERBUS_METRICS_USER and RIVERBUS_METRICS_PASSWORD."`
 
 	LogLevel  string `envconfig:"RIVERBUS_LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
 	LogFormat string `envconfig:"RIVERBUS_LOG_FORMAT" default:"text" desc:"Log format: text or json."`
@@ -182,8 +185,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: want host or host:port names separated by commas, got %q", v("UI_ALLOWED_HOSTS"), h)
 		}
 	}
-	for name, addr := range map[string]string{"UI_ADDR": c.UIAddr, "METRICS_ADDR": c.MetricsAddr} {
-		if addr == "" && name == "METRICS_ADDR" {
+	for name, addr := range map[string]string{"UI_ADDR": c.UIAddr, "METRICS_ADDR": c.MetricsAddr, "PROCESS_METRICS_ADDR": c.ProcessMetricsAddr} {
+		if addr == "" && name != "UI_ADDR" {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {

@@ -253,6 +253,23 @@ func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 	return reg
 }
 
+// NewProcessRegistry returns a registry of what one process measures
+// itself, without the database-wide figures of NewRegistry: the fan-out's
+// histograms (engine.RoundSeconds, engine.BatchSeconds), Go's runtime and
+// the process. riverbus fanout and work serve it, so each of many such
+// processes can be scraped without a query to the database, and without
+// every one of them repeating the pools' figures.
+func NewProcessRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		engine.RoundSeconds,
+		engine.BatchSeconds,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
 // Handler serves the metrics of reg in the Prometheus exposition format,
 // along with promhttp's own request counters. Mount it at /metrics.
 func Handler(reg *prometheus.Registry) http.Handler {

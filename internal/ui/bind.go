@@ -27,6 +27,13 @@ func CheckMetricsBind(addr, user, password string) error {
 	return checkBind("metrics", "METRICS", "read every pool's name and figures and load the database with scrapes", "127.0.0.1:9090", addr, user, password)
 }
 
+// CheckProcessMetricsBind is CheckMetricsBind for the endpoint of one
+// process's own metrics (riverbus fanout and work), which name pools but
+// read nothing from the database.
+func CheckProcessMetricsBind(addr, user, password string) error {
+	return checkBind("process metrics", "METRICS", "read the pools' names and this process's figures", "127.0.0.1:9091", addr, user, password)
+}
+
 func checkBind(what, env, risk, example, addr, user, password string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
