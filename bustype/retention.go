@@ -27,9 +27,9 @@ type RetentionPolicy struct {
 // RetentionHold is one rule that holds retention back: every event above
 // Floor is kept because of it. Rule is "horizon", "pool" (Holder: the
 // pool's name), "skipped" (Holder: the lowest skipped range), "late"
-// (Holder: the lowest late event not yet retired) or "dead letter"
+// (Holder: the lowest late event not yet retired), "dead letter"
 // (Holder: the pool and job of the lowest dead letter of an undeliverable
-// event).
+// event) or "no pools" (no pool exists: the log is kept whole).
 type RetentionHold struct {
 	Rule   string
 	Holder string

@@ -274,6 +274,21 @@ func TestHorizonLateAndDeadLetterHolds(t *testing.T) {
 	repaired, err := horizon.Repair(ctx, b.db)
 	require.NoError(t, err)
 	require.Equal(t, int64(30), repaired.Horizon)
+
+	// With no pool left, nothing has consumed the rest of the log: it stays
+	// for the next pool created --from beginning, keep period or not.
+	exec(`UPDATE riverbus_horizon SET horizon = 50`)
+	plan, err = retention.Trim(ctx, b.db, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(30), plan.Through)
+	require.Equal(t, "no pools", plan.HeldBy().Rule)
+	require.Equal(t, int64(31), minSequence(t, b.db))
+	exec(`UPDATE riverbus_event SET occurred_at = now() - interval '10 days'`)
+	setPolicy(t, b.db, time.Hour)
+	plan, err = retention.Trim(ctx, b.db, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(30), plan.Through, "a keep period the events are past does not override it")
+	require.Equal(t, "no pools", plan.HeldBy().Rule)
 }
 
 // A transaction is deleted whole or not at all: a transaction-grouped pool

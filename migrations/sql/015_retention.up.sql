@@ -47,6 +47,9 @@ CREATE TABLE riverbus_retention_lock ();
 --   late         below the lowest late event not yet retired
 --   dead letter  below the lowest dead letter of an undeliverable event: its
 --                retry rebuilds the envelope from riverbus_event (007)
+--   no pools     with no pool at all nothing has consumed the log: it is
+--                kept whole (where it begins now), whatever the keep period,
+--                for the first pool created --from beginning
 -- A missing horizon row holds everything (floor 0).
 CREATE FUNCTION riverbus_retention_holds() RETURNS TABLE (rule text, holder text, floor bigint)
 LANGUAGE sql STABLE AS $$
@@ -69,6 +72,9 @@ LANGUAGE sql STABLE AS $$
    FROM riverbus_dead_letter d
    WHERE d.args ? 'undeliverable' AND d.global_sequence IS NOT NULL
    ORDER BY d.global_sequence LIMIT 1)
+  UNION ALL
+  SELECT 'no pools', '', r.trimmed_through FROM riverbus_retention r
+  WHERE NOT EXISTS (SELECT 1 FROM riverbus_pool)
 $$;
 
 -- One step of retention over the events above p_from (the policy's
