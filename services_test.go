@@ -57,7 +57,8 @@ func TestClientStartRunsEveryService(t *testing.T) {
 }
 
 // Start runs the retention service: once a policy is set it deletes what
-// no pool needs, here every event the horizon passed (no pool exists).
+// no pool needs, here every event the horizon passed (the only pool starts
+// after them).
 func TestClientStartRunsRetention(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t)
@@ -70,6 +71,9 @@ func TestClientStartRunsRetention(t *testing.T) {
 	appended, err := outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	seq := appended[0].GlobalSequence
+	// A pool that starts after it: with no pool at all, nothing is deleted.
+	_, _, err = client.PoolCreate(ctx, bustype.PoolParams{Name: "billing", From: bustype.FromSequence(seq)})
+	require.NoError(t, err)
 
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })

@@ -26,6 +26,9 @@ func TestRetentionCommands(t *testing.T) {
 	}
 	exec(`INSERT INTO riverbus_event (type, data) SELECT 'thing.happened', '{}' FROM generate_series(1, 3)`)
 	exec(`UPDATE riverbus_horizon SET horizon = 3`)
+	// A pool that starts after them: with no pool at all, nothing is
+	// deleted.
+	ok(t, run(t, dbURL, "pool", "create", "billing", "--from", "3"))
 
 	r := ok(t, run(t, dbURL, "retention"))
 	require.Contains(t, r.stdout, "would delete nothing")

@@ -285,6 +285,6 @@ func TestMigrationsNotifyAsRiver(t *testing.T) {
 			found = append(found, m.Version)
 		}
 	}
-	require.Equal(t, []int{3, 5, 9, 12}, found, "the migrations that send River's insert notification")
+	require.Equal(t, []int{3, 5, 9, 12, 16}, found, "the migrations that send River's insert notification")
 	require.Contains(t, riversql.NotifyInsert, `'river_insert', json_build_object('queue', queue)::text)`)
 }
