@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
+	"github.com/riverbus/riverbus/outbox"
 )
 
 type testBundle struct {
@@ -317,6 +319,52 @@ func TestTransactionKeptWhole(t *testing.T) {
 	require.Equal(t, int64(5), plan.Through, "event 6's transaction has event 12 above the floor")
 	require.Equal(t, bustype.RetentionStopTransaction, plan.StoppedBy)
 	require.Equal(t, int64(6), minSequence(t, b.db))
+}
+
+// A transaction's recorded command is deleted with the last of its events,
+// and only then: a transaction split over two batches keeps its command
+// until the second, and one whose events stay keeps it.
+func TestCommandGoesWithItsEvents(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	fanouttest.CreatePool(t, b.db, bustype.PoolParams{Name: "p1"})
+	commandTx := func(name string, events int) {
+		t.Helper()
+		tx, err := b.db.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		require.NoError(t, outbox.RecordCommandTx(ctx, tx, outbox.Command{Type: name, Data: []byte(`{}`)}))
+		for range events {
+			fanouttest.AppendEvent(t, tx, "thing.happened")
+		}
+		require.NoError(t, tx.Commit(ctx))
+	}
+	commands := func() []string {
+		t.Helper()
+		rows, err := b.db.Query(ctx, `SELECT type FROM riverbus_command ORDER BY type`)
+		require.NoError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return names
+	}
+	commandTx("a", 3) // 1-3
+	commandTx("b", 4) // 4-7
+	commandTx("c", 2) // 8-9
+	consume(t, b)
+	setPolicy(t, b.db, 0)
+	_, err := b.db.Exec(ctx, `UPDATE riverbus_pool_checkpoint SET checkpoint_seq = 7 WHERE pool = 'p1'`)
+	require.NoError(t, err)
+
+	// The first batch ends inside b's events.
+	plan, err := retention.Trim(ctx, b.db, &retention.Opts{BatchSize: 5, MaxBatches: 1})
+	require.NoError(t, err)
+	require.Equal(t, int64(5), plan.Through)
+	require.Equal(t, []string{"b", "c"}, commands(), "a's events are gone, b's are not all gone")
+
+	plan, err = retention.Trim(ctx, b.db, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), plan.Through)
+	require.Equal(t, []string{"c"}, commands(), "b's last event went; c's events stay above the floor")
 }
 
 // Pool create and reset after trimming: the beginning is the oldest

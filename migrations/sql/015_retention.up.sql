@@ -177,9 +177,17 @@ BEGIN
   END IF;
 
   IF p_apply AND v_through > v_from THEN
+    -- A transaction's recorded command (riverbus_command) goes with the
+    -- last of its events: the batch that deletes it (a transaction below
+    -- the floor may span two batches).
     WITH d AS (
       DELETE FROM riverbus_event e WHERE e.global_sequence > v_from AND e.global_sequence <= v_through
-      RETURNING e.occurred_at
+      RETURNING e.occurred_at, e.transaction_id
+    ), c AS (
+      DELETE FROM riverbus_command c
+      WHERE c.transaction_id IN (SELECT DISTINCT d.transaction_id FROM d)
+        AND NOT EXISTS (SELECT 1 FROM riverbus_event e
+          WHERE e.transaction_id = c.transaction_id AND e.global_sequence > v_through)
     )
     SELECT count(*), min(d.occurred_at), max(d.occurred_at) INTO v_deleted, oldest_at, newest_at FROM d;
     UPDATE riverbus_retention SET trimmed_through = v_through, events_trimmed = events_trimmed + v_deleted,
