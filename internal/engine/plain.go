@@ -168,7 +168,7 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.Batch
 		return res, false, false, nil, nil
 	}
 	b := &pgx.Batch{}
-	call := f.queuePlain(b, name, kind)
+	call := f.queuePlain(b, name, kind, false)
 	res, full, handled, err = f.plainDone(call, f.db.SendBatch(ctx, b).Close())
 	return res, full, handled, call.traceparents, err
 }
@@ -192,7 +192,7 @@ type plainCall struct {
 
 // queuePlain queues pool name's plain batch on b: BEGIN, the settings, the
 // statement of kind, COMMIT.
-func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind) *plainCall {
+func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind, riding bool) *plainCall {
 	var sql string
 	switch {
 	case kind == plainTyped && f.tracer != nil:
@@ -207,6 +207,9 @@ func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind) *plainCal
 	c := &plainCall{name: name}
 	b.Queue("BEGIN")
 	b.Queue(database.TxSettingsSQL)
+	if riding {
+		b.Queue(sqlRideLimits)
+	}
 	b.Queue(sql, name, f.cfg.BatchSize, kind == plainTyped).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big, &c.traceparents); err != nil {
 			return err

@@ -34,6 +34,18 @@ const rideMaxPools = 4
 // and commit → round went from 10 to 130 ms.
 const rideMaxSequences = 16
 
+// sqlRideLimits bounds a ride's waits. The round's connection runs its
+// rides one after another and the horizon service waits for them, so a
+// pool whose insert waits (a lock some trigger or session of the
+// application holds, River's GIN pending list being merged) held up the
+// horizon, and with it every pool, for as long as it waited. A ride that
+// waits longer gives up: it rolls back, the rides queued after it do not
+// run, and each of those pools is left to the pools' service, which waits
+// for it in that pool's own goroutine (TestFailingPoolDoesNotDelayOthers
+// failed about one run in eight before). A ride normally takes a
+// millisecond or two.
+const sqlRideLimits = `SELECT set_config('lock_timeout', '50ms', true), set_config('statement_timeout', '200ms', true)`
+
 // ride queues on b the plain batches of the pools at from (the horizon
 // before the round) and returns what reads their results.
 func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
@@ -49,7 +61,7 @@ func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
 			if cursor != from || (kind != plainAll && kind != plainTyped) || len(calls) == min(rideMaxPools, f.cfg.Workers) {
 				continue
 			}
-			calls = append(calls, f.queuePlain(b, name, kind))
+			calls = append(calls, f.queuePlain(b, name, kind, true))
 		}
 	}
 	f.mu.Unlock()
