@@ -8,7 +8,8 @@ const (
 	// probe of the primary key, whatever the table's size) and the
 	// database's clock.
 	sqlStatusSequences = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END,
-	coalesce((SELECT max(global_sequence) FROM riverbus_event), 0), now()
+	coalesce((SELECT max(global_sequence) FROM riverbus_event), 0), now(),
+	(SELECT occurred_at FROM riverbus_event ORDER BY global_sequence LIMIT 1)
 FROM riverbus_event_global_sequence`
 
 	// Only the kinds that are pools: river_job may hold other jobs.

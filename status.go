@@ -61,6 +61,15 @@ type Status struct {
 	// none), and RetentionEventsTrimmed counts the events it deleted.
 	RetentionTrimmedThrough int64 `json:"retention_trimmed_through"`
 	RetentionEventsTrimmed  int64 `json:"retention_events_trimmed_total"`
+	// RetentionEnabled and RetentionKeepSeconds are the retention policy
+	// (README "Event retention"); OldestEventAgeSeconds is how long ago,
+	// by the database's clock, the oldest event still in the log occurred
+	// (0 when the log is empty). With a policy set, an oldest event far
+	// older than the keep period means something holds retention back
+	// (`riverbus retention` names it).
+	RetentionEnabled      bool    `json:"retention_enabled"`
+	RetentionKeepSeconds  float64 `json:"retention_keep_seconds"`
+	OldestEventAgeSeconds float64 `json:"oldest_event_age_seconds"`
 	// Pools are the pools, by name; nil when there is none.
 	Pools []*StatusPool `json:"pools"`
 	// Problems are the broken assumptions of the gap proof; empty (not
@@ -204,8 +213,12 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		st.Problems = []bustype.HorizonProblem{}
 	}
 	var dbNow time.Time
-	if err := tx.QueryRow(ctx, sqlStatusSequences).Scan(&st.LastSequence, &st.LastCommitted, &dbNow); err != nil {
+	var oldest *time.Time
+	if err := tx.QueryRow(ctx, sqlStatusSequences).Scan(&st.LastSequence, &st.LastCommitted, &dbNow, &oldest); err != nil {
 		return nil, fmt.Errorf("last sequence: %w", err)
+	}
+	if oldest != nil {
+		st.OldestEventAgeSeconds = max(0, dbNow.Sub(*oldest).Seconds())
 	}
 	st.HorizonAgeSeconds = max(0, dbNow.Sub(h.UpdatedAt).Seconds())
 	policy, err := retention.GetPolicy(ctx, tx)
@@ -213,6 +226,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		return nil, err
 	}
 	st.RetentionTrimmedThrough, st.RetentionEventsTrimmed = policy.TrimmedThrough, policy.EventsTrimmed
+	st.RetentionEnabled, st.RetentionKeepSeconds = policy.Enabled, policy.Keep.Seconds()
 	all, err := pools.List(ctx, tx)
 	if err != nil {
 		return nil, err

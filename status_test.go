@@ -108,3 +108,31 @@ func TestClientStatus(t *testing.T) {
 	require.Empty(t, later.Jobs)
 	require.Nil(t, st.Pool("nope"))
 }
+
+// Status reports the retention policy and how old the oldest event in the
+// log is, by the database's clock: what RiverbusRetentionHeld alerts on.
+func TestStatusRetentionAndOldestEvent(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	admin, err := riverbus.NewClient(b.db, nil)
+	require.NoError(t, err)
+
+	st, err := admin.Status(ctx)
+	require.NoError(t, err)
+	require.False(t, st.RetentionEnabled)
+	require.Zero(t, st.OldestEventAgeSeconds, "an empty log has no oldest event")
+
+	_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`),
+		OccurredAt: time.Now().Add(-50 * time.Hour)})
+	require.NoError(t, err)
+	_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = admin.RetentionSet(ctx, true, 24*time.Hour)
+	require.NoError(t, err)
+
+	st, err = admin.Status(ctx)
+	require.NoError(t, err)
+	require.True(t, st.RetentionEnabled)
+	require.Equal(t, (24 * time.Hour).Seconds(), st.RetentionKeepSeconds)
+	require.InDelta(t, (50 * time.Hour).Seconds(), st.OldestEventAgeSeconds, 600, "the first event's age, not the last's")
+}

@@ -41,6 +41,9 @@
 //	                                 (labels problem, blocks; every problem, 0 included)
 //	riverbus_retention_trimmed_through where the log begins: events at or below it may be deleted
 //	riverbus_retention_events_trimmed_total events deleted by event retention
+//	riverbus_retention_enabled            1 while a retention policy is set
+//	riverbus_retention_keep_seconds       the policy's keep period (0: until consumed)
+//	riverbus_oldest_event_age_seconds     how long ago the oldest event in the log occurred
 //
 // This process's fan-out (not read from the database; each process that
 // runs one reports its own):

@@ -47,6 +47,9 @@ var (
 
 	descRetentionTrimmed = newDesc("retention_trimmed_through", "Where the event log begins after retention: every event at or below it may have been deleted (0: none).")
 	descRetentionEvents  = newDesc("retention_events_trimmed_total", "Events deleted by event retention.")
+	descRetentionEnabled = newDesc("retention_enabled", "1 while an event retention policy is set (riverbus retention set), else 0.")
+	descRetentionKeep    = newDesc("retention_keep_seconds", "The retention policy's keep period in seconds (0: until every pool has passed an event).")
+	descOldestEventAge   = newDesc("oldest_event_age_seconds", "How long ago (by the database's clock) the oldest event still in the log occurred; 0 when the log is empty.")
 
 	descPoolCursor     = newDesc("pool_cursor", "Every event at or below the cursor has been turned into a job of the pool or filtered out.", "pool")
 	descPoolCheckpoint = newDesc("pool_checkpoint", "Every job of the pool for an event at or below the checkpoint is finished (as last stored).", "pool")
@@ -63,7 +66,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descUp, descScrapeDuration, descStateReads,
 		descHorizon, descHorizonAge, descLastSequence, descLastCommitted, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents, descHorizonProblem,
-		descRetentionTrimmed, descRetentionEvents,
+		descRetentionTrimmed, descRetentionEvents, descRetentionEnabled, descRetentionKeep, descOldestEventAge,
 		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolUndeliv, descPoolPaused,
 		descPoolHeld, descPoolHolderTry,
 	}
@@ -162,6 +165,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.LateEvents))
 	emit(ch, descRetentionTrimmed, prometheus.GaugeValue, float64(s.RetentionTrimmedThrough))
 	emit(ch, descRetentionEvents, prometheus.CounterValue, float64(s.RetentionEventsTrimmed))
+	emit(ch, descRetentionEnabled, prometheus.GaugeValue, boolValue(s.RetentionEnabled))
+	emit(ch, descRetentionKeep, prometheus.GaugeValue, s.RetentionKeepSeconds)
+	emit(ch, descOldestEventAge, prometheus.GaugeValue, s.OldestEventAgeSeconds)
 	// Every problem, 0 included, so an alert's series never vanishes.
 	for _, code := range horizon.ProblemCodes {
 		v, blocks := 0.0, horizon.ProblemBlocks(code)
@@ -279,4 +285,12 @@ func Handler(reg *prometheus.Registry) http.Handler {
 		// serving the rest when anything else fails.
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
+}
+
+// boolValue is 1 for true, 0 for false.
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
