@@ -109,11 +109,11 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	var rc *river.Client[pgx.Tx]
 	if c.cfg.Workers != nil && len(c.cfg.Workers.pools) > 0 {
-		queues, err := c.bindQueues(ctx)
+		queues, ordered, err := c.bindQueues(ctx)
 		if err != nil {
 			return err
 		}
-		rcfg, err := riverclient.Config(riverclient.Opts{Queues: queues, Workers: c.cfg.Workers.river, DB: c.db, Config: c.cfg.Work})
+		rcfg, err := riverclient.Config(riverclient.Opts{Queues: queues, Ordered: ordered, Workers: c.cfg.Workers.river, DB: c.db, Config: c.cfg.Work})
 		if err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
@@ -212,12 +212,14 @@ func (c *Client) checkSchema(ctx context.Context) error {
 }
 
 // bindQueues returns the River queues the workers fetch from, with their
-// MaxWorkers, after checking that every pool with a worker exists and every
-// pool in those queues has a worker.
-func (c *Client) bindQueues(ctx context.Context) (map[string]int, error) {
+// MaxWorkers, and which of them hold ordered pools, after checking that
+// every pool with a worker exists and every pool in those queues has a
+// worker. A pool made ordered after Start runs in its queue as it was
+// bound (correct, with fewer River slots than an ordered queue gets).
+func (c *Client) bindQueues(ctx context.Context) (map[string]int, []string, error) {
 	all, err := pools.List(ctx, c.db)
 	if err != nil {
-		return nil, fmt.Errorf("riverbus: list pools: %w", err)
+		return nil, nil, fmt.Errorf("riverbus: list pools: %w", err)
 	}
 	byName := map[string]*bustype.Pool{}
 	inQueue := map[string][]string{}
@@ -236,7 +238,7 @@ func (c *Client) bindQueues(ctx context.Context) (map[string]int, error) {
 		queues[p.Queue] = min(queues[p.Queue]+c.cfg.Workers.pools[name], river.QueueNumWorkersMax)
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("riverbus: workers are registered for %s, which %s not exist: create the pool (Client.PoolCreate) before starting its workers: %w",
+		return nil, nil, fmt.Errorf("riverbus: workers are registered for %s, which %s not exist: create the pool (Client.PoolCreate) before starting its workers: %w",
 			quoteList(missing), plural(len(missing), "does", "do"), bustype.ErrUnknownPool)
 	}
 	for _, queue := range slices.Sorted(maps.Keys(queues)) {
@@ -247,11 +249,17 @@ func (c *Client) bindQueues(ctx context.Context) (map[string]int, error) {
 			}
 		}
 		if len(without) > 0 {
-			return nil, fmt.Errorf("riverbus: River queue %q also holds pool(s) %s, which have no worker here: this client would fetch their jobs and fail them; add workers for them too, or give the pools queues of their own",
+			return nil, nil, fmt.Errorf("riverbus: River queue %q also holds pool(s) %s, which have no worker here: this client would fetch their jobs and fail them; add workers for them too, or give the pools queues of their own",
 				queue, quoteList(without))
 		}
 	}
-	return queues, nil
+	var ordered []string
+	for _, queue := range slices.Sorted(maps.Keys(queues)) {
+		if slices.ContainsFunc(inQueue[queue], func(name string) bool { return byName[name].Ordering != bustype.OrderingNone }) {
+			ordered = append(ordered, queue)
+		}
+	}
+	return queues, ordered, nil
 }
 
 func quoteList(names []string) string {

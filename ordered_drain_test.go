@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -43,19 +44,7 @@ func TestOrderedPoolDrainKeepsOrderAndRiversEvents(t *testing.T) {
 		handled[job.Args.Key] = append(handled[job.Args.Key], job.Args.GlobalSequence)
 		return nil
 	}), &riverbus.WorkerOpts{MaxWorkers: 100})
-	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
-	require.NoError(t, err)
-	_, _, err = client.PoolCreate(ctx, bustype.PoolParams{Name: "drain", Ordering: bustype.OrderingKey})
-	require.NoError(t, err)
-	events := make([]outbox.Event, n)
-	for i := range events {
-		events[i] = outbox.Event{Type: "T", Key: fmt.Sprintf("k%d", i%keys), Data: json.RawMessage(`{}`)}
-	}
-	_, err = outbox.Append(ctx, db, events...)
-	require.NoError(t, err)
-
-	require.NoError(t, client.Start(ctx))
-	defer client.Stop(ctx) //nolint:errcheck
+	client := startKeyOrdered(t, db, ws, "drain", n, keys)
 	completed, cancel := client.River().Subscribe(river.EventKindJobCompleted)
 	defer cancel()
 	deadline := time.After(2 * time.Minute)
@@ -80,4 +69,74 @@ func TestOrderedPoolDrainKeepsOrderAndRiversEvents(t *testing.T) {
 		require.Len(t, seqs, n/keys, key)
 		require.True(t, slices.IsSorted(seqs), "key %s ran out of order: %v", key, seqs)
 	}
+}
+
+type cappedArgs struct{ workers.Args }
+
+func (cappedArgs) Kind() string { return "capped" }
+
+// A queue of ordered pools gets more River slots than handlers, so River
+// fetches while jobs wait for their lane hand-off: River holds more than
+// MaxWorkers of its jobs running at once, and still no more than
+// MaxWorkers handlers run at once.
+func TestOrderedPoolFetchesAheadButCapsHandlers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := riverbustest.NewDatabase(t)
+	const n, keys, maxWorkers = 240, 40, 4
+
+	var mu sync.Mutex
+	var now, peak, done int
+	ws := riverbus.NewWorkers()
+	riverbus.AddWorker(ws, river.WorkFunc(func(ctx context.Context, job *river.Job[cappedArgs]) error {
+		mu.Lock()
+		now++
+		peak = max(peak, now)
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+		mu.Lock()
+		now--
+		done++
+		mu.Unlock()
+		return nil
+	}), &riverbus.WorkerOpts{MaxWorkers: maxWorkers})
+	startKeyOrdered(t, db, ws, "capped", n, keys)
+	runningPeak := 0
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var running, unfinished, count int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'running'), count(*) FILTER (WHERE state <> 'completed'), count(*)
+			FROM river_job WHERE kind = 'capped'`).Scan(&running, &unfinished, &count))
+		runningPeak = max(runningPeak, running)
+		if count == n && unfinished == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d of %d jobs unfinished", unfinished, n)
+		time.Sleep(2 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, n, done, "handled (peak handlers %d, peak running %d)", peak, runningPeak)
+	require.Equal(t, maxWorkers, peak, "handlers running at once")
+	require.Greater(t, runningPeak, maxWorkers, "River never held more jobs running than handlers: no slots for jobs waiting on their hand-off")
+}
+
+// startKeyOrdered creates the key-ordered pool name, appends n events over
+// keys keys, and starts a client with ws, stopped when the test ends.
+func startKeyOrdered(t *testing.T, db *pgxpool.Pool, ws *riverbus.Workers, name string, n, keys int) *riverbus.Client {
+	t.Helper()
+	ctx := context.Background()
+	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
+	require.NoError(t, err)
+	_, _, err = client.PoolCreate(ctx, bustype.PoolParams{Name: name, Ordering: bustype.OrderingKey})
+	require.NoError(t, err)
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = outbox.Event{Type: "T", Key: fmt.Sprintf("k%d", i%keys), Data: json.RawMessage(`{}`)}
+	}
+	_, err = outbox.Append(ctx, db, events...)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	return client
 }

@@ -15,6 +15,9 @@ const MaxWorkersDefault = 10
 type WorkerOpts struct {
 	// MaxWorkers is the most jobs of the pool this Client works at the same
 	// time. Zero: MaxWorkersDefault. Pools that share a River queue add up.
+	// A queue holding an ordered pool gets twice that many River slots
+	// (jobs waiting for their lane hand-off to commit hold one), with
+	// handlers still capped at MaxWorkers (README, Ordered pools).
 	MaxWorkers int
 }
 

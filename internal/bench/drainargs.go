@@ -70,5 +70,5 @@ func rawDrain(ctx context.Context, e *env, n int, small bool) (float64, error) {
 	if err := d.settle(ctx, db); err != nil {
 		return 0, err
 	}
-	return drain(ctx, e, db, n)
+	return drain(ctx, e, db, n, false)
 }

@@ -229,17 +229,27 @@ func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*bust
 	if err := b.d.settle(ctx, b.db); err != nil {
 		return 0, 0, err
 	}
-	drainRate, err = drain(ctx, e, b.db, n)
+	var params bustype.PoolParams
+	for _, opt := range opts {
+		opt(&params)
+	}
+	ordered := params.Ordering != "" && params.Ordering != bustype.OrderingNone
+	drainRate, err = drain(ctx, e, b.db, n, ordered)
 	return fanRate, drainRate, err
 }
 
 // drain starts a River client with the recommended settings and a no-op
 // worker, and returns how many jobs per second it completed until all n were
-// completed.
-func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int) (float64, error) {
+// completed. ordered: the queue holds an ordered pool, and gets the River
+// slots a riverbus.Client gives such a queue (riverclient.Opts.Ordered).
+func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int, ordered bool) (float64, error) {
 	w := river.NewWorkers()
 	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Config: workers.Config{Logger: e.quiet}})
+	opts := riverclient.Opts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Config: workers.Config{Logger: e.quiet}}
+	if ordered {
+		opts.Ordered = []string{benchKind}
+	}
+	cfg, err := riverclient.Config(opts)
 	if err != nil {
 		return 0, err
 	}

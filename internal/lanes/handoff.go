@@ -36,10 +36,26 @@ import (
 // later and the trigger hands their lanes on then: nothing is lost, only
 // the shortcut.
 //
-// riverclient.Config installs it. Jobs of unordered pools pass through
-// untouched.
+// A job waiting for its flush holds one of its queue's River worker
+// slots, and River fetches only as many jobs as it has free slots: with
+// every slot waiting for a flush, a busy ordered queue fetches in small
+// bites while jobs sit available. So a queue of ordered pools gets more
+// River slots than handlers (NewHandoff's limits, riverclient.Config's
+// Opts.Ordered): its handlers run at most limit at a time, and the extra
+// slots are what flush waits and fetches ahead use. A job fetched ahead
+// waits for a handler slot, in arrival order, and its JobTimeout
+// runs while it waits; if its context ends before a slot frees (the
+// client stopping, the timeout), it is snoozed back to available without
+// costing an attempt, keeping its lane.
+//
+// riverclient.Config installs it. Jobs of unordered pools in queues
+// without a limit pass through untouched.
 type Handoff struct {
 	river.MiddlewareDefaults
+
+	// limits caps the handlers running at once per River queue; queues
+	// without an entry are not capped here (River's MaxWorkers is).
+	limits map[string]chan struct{}
 
 	mu       sync.Mutex
 	queue    []handoffJob
@@ -57,6 +73,23 @@ type handoffJob struct {
 	done chan struct{}
 }
 
+// NewHandoff returns a Handoff that runs at most limits[queue] handlers
+// of a queue at once. The caller gives those queues more River slots than
+// that (riverclient.Config gives them OrderedSlotsFactor times as many).
+func NewHandoff(limits map[string]int) *Handoff {
+	m := &Handoff{limits: make(map[string]chan struct{}, len(limits))}
+	for queue, n := range limits {
+		m.limits[queue] = make(chan struct{}, max(n, 1))
+	}
+	return m
+}
+
+// OrderedSlotsFactor is how many River slots a queue of ordered pools gets
+// for each handler it may run: a slot per handler, and one more for a job
+// waiting for its flush or fetched ahead of a free handler. Measured with
+// the bench's ordered drain (README, Performance).
+const OrderedSlotsFactor = 2
+
 // handoffTimeout bounds one flush's statement.
 const handoffTimeout = 10 * time.Second
 
@@ -67,11 +100,27 @@ func (handoffArgs) Kind() string { return "" }
 // Work runs the job and, for a lane job that succeeded, completes it in
 // the next flush and waits for that flush.
 func (m *Handoff) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	if !hasLane(job.Metadata) {
-		return doInner(ctx)
-	}
-	if err := doInner(ctx); err != nil {
-		return err
+	if sem := m.limits[job.Queue]; sem != nil {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			// Never started: back to available at once, no attempt spent.
+			return river.JobSnooze(0)
+		}
+		err := func() error {
+			defer func() { <-sem }() // a panic, recovered by River, frees it too
+			return doInner(ctx)
+		}()
+		if err != nil || !hasLane(job.Metadata) {
+			return err
+		}
+	} else {
+		if !hasLane(job.Metadata) {
+			return doInner(ctx)
+		}
+		if err := doInner(ctx); err != nil {
+			return err
+		}
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {

@@ -33,6 +33,13 @@ type Opts struct {
 	// go to the pool's queue. Empty gives a client that only inserts.
 	Queues map[string]int
 
+	// Ordered names queues of Queues that hold ordered pools. Each gets
+	// lanes.OrderedSlotsFactor times its Queues figure as River slots,
+	// while riverbus still runs at most the Queues figure of its handlers
+	// at once: a job of an ordered pool keeps its slot until the hand-off
+	// of its lane commits, and River fetches only into free slots.
+	Ordered []string
+
 	// Workers holds the workers of the pools' kinds. Required when Queues is
 	// not empty.
 	Workers *river.Workers
@@ -129,13 +136,22 @@ func Config(opts Opts) (*river.Config, error) {
 			cfg.Queues[queue] = river.QueueConfig{MaxWorkers: n}
 		}
 	}
+	limits := map[string]int{}
+	for _, queue := range opts.Ordered {
+		n, ok := opts.Queues[queue]
+		if !ok {
+			return nil, fmt.Errorf("Ordered names queue %q, which is not in Queues", queue)
+		}
+		limits[queue] = n
+		cfg.Queues[queue] = river.QueueConfig{MaxWorkers: min(n*lanes.OrderedSlotsFactor, river.QueueNumWorkersMax)}
+	}
 	// Traced jobs continue their event's trace, outermost so that the
 	// work span covers everything else.
 	if opts.TracerProvider != nil {
 		cfg.Middleware = append(cfg.Middleware, tracing.Middleware(opts.TracerProvider)...)
 	}
 	// Ordered pools hand a key to its next job as soon as a job succeeds.
-	cfg.Middleware = append(cfg.Middleware, &lanes.Handoff{})
+	cfg.Middleware = append(cfg.Middleware, lanes.NewHandoff(limits))
 
 	// Failed jobs retry on their pool's schedule. The policy is made even
 	// without a DB, so a bad RetryRefreshInterval is reported either way.

@@ -50,6 +50,13 @@ func TestConfig(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("OrderedQueuesGetMoreSlots", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{"billing": 50, "audit": 6000}, Ordered: []string{"billing", "audit"}, Workers: ws})
+		require.NoError(t, err)
+		require.Equal(t, map[string]river.QueueConfig{"billing": {MaxWorkers: 100}, "audit": {MaxWorkers: 10_000}}, cfg.Queues)
+	})
+
 	t.Run("Overrides", func(t *testing.T) {
 		t.Parallel()
 		cfg, err := riverclient.Config(riverclient.Opts{Config: workers.Config{FetchCooldown: 2 * time.Millisecond, FetchPollInterval: time.Second, JobTimeout: 10 * time.Second, DiscardedJobRetentionPeriod: 24 * time.Hour,
@@ -94,6 +101,7 @@ func TestConfig(t *testing.T) {
 		{"QueuesWithoutWorkers", riverclient.Opts{Queues: map[string]int{"billing": 1}}, "Workers must be set when Queues is not empty"},
 		{"QueueEmptyName", riverclient.Opts{Queues: map[string]int{"": 1}, Workers: ws}, "Queues must not have an empty queue name"},
 		{"QueueZeroWorkers", riverclient.Opts{Queues: map[string]int{"billing": 0}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 0`},
+		{"OrderedUnknownQueue", riverclient.Opts{Queues: map[string]int{"billing": 5}, Ordered: []string{"audit"}, Workers: ws}, `Ordered names queue "audit", which is not in Queues`},
 		{"QueueTooManyWorkers", riverclient.Opts{Queues: map[string]int{"billing": 10_001}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 10001`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
