@@ -154,14 +154,23 @@ func run(ctx context.Context, concurrency int) error {
 	if _, err := db.Exec(ctx, schema); err != nil {
 		return err
 	}
-	var queue string
-	if err := db.QueryRow(ctx, `SELECT queue FROM riverbus_pool WHERE name = $1`, poolName).Scan(&queue); err != nil {
+	var (
+		queue   string
+		ordered bool
+	)
+	if err := db.QueryRow(ctx, `SELECT queue, ordering <> 'none' FROM riverbus_pool WHERE name = $1`, poolName).Scan(&queue, &ordered); err != nil {
 		return fmt.Errorf("read pool: %w", err)
 	}
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &worker{})
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{queue: concurrency}, Workers: ws, Config: workers.Config{JobTimeout: 5 * time.Second, Logger: logger}})
+	opts := riverclient.Opts{Queues: map[string]int{queue: concurrency}, Workers: ws, Config: workers.Config{JobTimeout: 5 * time.Second, Logger: logger}}
+	if ordered {
+		// As a riverbus.Client binds an ordered pool's queue: more River
+		// slots than handlers.
+		opts.Ordered = []string{queue}
+	}
+	cfg, err := riverclient.Config(opts)
 	if err != nil {
 		return err
 	}
