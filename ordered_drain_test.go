@@ -140,3 +140,53 @@ func startKeyOrdered(t *testing.T, db *pgxpool.Pool, ws *riverbus.Workers, name 
 	t.Cleanup(func() { _ = client.Stop(context.Background()) })
 	return client
 }
+
+type waitingArgs struct{ workers.Args }
+
+func (waitingArgs) Kind() string { return "waiting" }
+
+// A job fetched ahead that waits for a handler slot is still River's
+// running job: River UI's Cancel (River's JobCancel) cancels it, and its
+// handler never runs; it is not snoozed back to work.
+func TestOrderedJobWaitingForAHandlerCanBeCancelled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := riverbustest.NewDatabase(t)
+
+	first, release := make(chan string, 1), make(chan struct{})
+	var mu sync.Mutex
+	var ran []string
+	ws := riverbus.NewWorkers()
+	riverbus.AddWorker(ws, river.WorkFunc(func(ctx context.Context, job *river.Job[waitingArgs]) error {
+		mu.Lock()
+		ran = append(ran, job.Args.Key)
+		isFirst := len(ran) == 1
+		mu.Unlock()
+		if isFirst {
+			first <- job.Args.Key
+			<-release
+		}
+		return nil
+	}), &riverbus.WorkerOpts{MaxWorkers: 1})
+	client := startKeyOrdered(t, db, ws, "waiting", 2, 2) // keys k0, k1
+	running := <-first
+	defer close(release)
+
+	// The other key's job is fetched into the second River slot and waits
+	// for the only handler.
+	var id int64
+	require.Eventually(t, func() bool {
+		err := db.QueryRow(ctx, `SELECT id FROM river_job WHERE kind = 'waiting' AND args->>'key' <> $1 AND state = 'running'`, running).Scan(&id)
+		return err == nil
+	}, 30*time.Second, 5*time.Millisecond, "the second job was never fetched while the first ran")
+	_, err := client.River().JobCancel(ctx, id)
+	require.NoError(t, err)
+	var state string
+	for deadline := time.Now().Add(30 * time.Second); state != "cancelled" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		require.NoError(t, db.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, id).Scan(&state))
+	}
+	require.Equal(t, "cancelled", state, "the job cancelled while it waited for a handler")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{running}, ran, "a cancelled job's handler ran")
+}
