@@ -46,6 +46,31 @@ SELECT h.horizon,
 FROM snap, h
 WHERE current_setting('riverbus.round') = 'true'`
 
+	// sqlHorizonFast is the fast round's move, sent after the read in the
+	// round trip that also commits it: the horizon passes the run of
+	// sequences just above it that this statement sees committed without
+	// a hole ($1 at most), which needs no proof (DESIGN.md §2), unless
+	// the round did not get the lock or the sequence is below the horizon
+	// (sequence_below_horizon, which freezes the horizon). The gap rows
+	// the run passes go. It returns the horizon before and after, or no
+	// row when it did not move.
+	sqlHorizonFast = `WITH h AS (
+	SELECT r.horizon FROM riverbus_horizon r
+	WHERE current_setting('riverbus.round') = 'true'
+		AND NOT EXISTS (SELECT 1 FROM riverbus_event_global_sequence q
+			WHERE CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END < r.horizon)
+),
+run AS (
+	SELECT max(e.s) AS top FROM h, LATERAL (
+		SELECT v.global_sequence AS s, row_number() OVER (ORDER BY v.global_sequence) AS n
+		FROM riverbus_event v WHERE v.global_sequence > h.horizon ORDER BY v.global_sequence LIMIT $1
+	) e WHERE e.s = h.horizon + e.n
+),
+d AS (DELETE FROM riverbus_gap WHERE last_sequence <= (SELECT run.top FROM run))
+UPDATE riverbus_horizon r SET horizon = run.top, updated_at = now()
+FROM run, h WHERE run.top > h.horizon
+RETURNING h.horizon, run.top`
+
 	// sqlAssumptions lists what breaks the gap proof's assumptions (see
 	// "What the proof assumes" in doc.go), one row (code, detail) per
 	// problem: the sequence's settings in pg_sequence, its position against

@@ -73,6 +73,18 @@ type RoundParams struct {
 	// round trip with its error (errRoundFailed when the round did not
 	// commit, and then nothing queued ran).
 	RideFunc func(from, to int64, b *pgx.Batch) (done func(err error))
+	// Fast makes a round on a pool try the one-round-trip round first
+	// (roundFast): it commits a move over the contiguous run above the
+	// horizon in the round trip of its read, and runs the full round only
+	// when the read shows more to do (a gap to record, prove or skip, late
+	// events, ranges to forget).
+	Fast bool
+	// Head, when HeadKnown, is the horizon the caller last saw, and Step
+	// how far the last round moved it: the fast round, which does not know
+	// the horizon before its round trip, lets the pools at Head ride as
+	// if the round moved it from Head to Head+Step.
+	Head, Step int64
+	HeadKnown  bool
 	// AgeShift moves the database's clock forward for the gaps' ages: it
 	// is added to the time a gap is first seen and to the time its age is
 	// read. Zero (production) keeps the database's clock; tests set it
@@ -85,7 +97,8 @@ type RoundParams struct {
 //
 // On a *pgxpool.Pool it runs on a connection of its own and sends BEGIN
 // with its first statements and COMMIT with its writes: a round that moves
-// the horizon costs two round trips. On anything else (a transaction, say)
+// the horizon costs two round trips; with params.Fast, a round that only
+// passes committed sequences with no hole costs one (roundFast). On anything else (a transaction, say)
 // it runs inside a transaction (or savepoint) begun on it.
 func Advance(ctx context.Context, db database.DB, params RoundParams) (RoundResult, error) {
 	began := time.Now()
@@ -97,9 +110,27 @@ func Advance(ctx context.Context, db database.DB, params RoundParams) (RoundResu
 		// A connection left inside the transaction by an error is closed
 		// on release, which rolls it back.
 		defer c.Release()
-		res, err := round(ctx, c.Conn(), true, params)
-		if err != nil {
-			return RoundResult{}, err
+		var (
+			res  RoundResult
+			full = true
+		)
+		if params.Fast {
+			if res, full, err = roundFast(ctx, c.Conn(), params); err != nil {
+				return RoundResult{}, err
+			}
+		}
+		if full {
+			fast := res
+			if res, err = round(ctx, c.Conn(), true, params); err != nil {
+				if !fast.Moved {
+					return RoundResult{}, err
+				}
+				// The move committed: report it (its pools must run); the
+				// next round meets the error again if it lasts.
+				res = fast
+			}
+			res.Moved = res.Moved || fast.Moved
+			res.announce = res.announce || fast.announce
 		}
 		res.pid = c.Conn().PgConn().PID()
 		res.Took = time.Since(began)
@@ -145,17 +176,6 @@ func round(ctx context.Context, q roundConn, own bool, params RoundParams) (Roun
 		return err
 	}
 	err := func() error {
-		var (
-			in                                walkInput
-			horizon                           *int64
-			xmaxText                          string
-			xipText, gapBounds, skippedBounds []string
-			gapFirst, gapLast                 []int64
-			skippedFirst, skippedLast         []int64
-			gapAges                           []float64
-			skippedNewLate                    []bool
-			problemCodes, problemDetails      []string
-		)
 		b := &pgx.Batch{}
 		if own {
 			b.Queue("BEGIN")
@@ -170,78 +190,30 @@ func round(ctx context.Context, q roundConn, own bool, params RoundParams) (Roun
 				return err
 			}
 		}
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return err
-		}
-		var locked string
-		if err := br.QueryRow().Scan(&locked); err != nil {
-			_ = br.Close()
-			return fmt.Errorf("horizon lock: %w", err)
-		}
-		err := br.QueryRow().Scan(&horizon, &xmaxText, &xipText, &in.visible,
-			&gapFirst, &gapLast, &gapBounds, &gapAges, &skippedFirst, &skippedLast, &skippedBounds, &skippedNewLate,
-			&res.LatePending, &problemCodes, &problemDetails)
+		var r readResult
+		err := r.scan(br)
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		if locked != "true" {
-			return end()
-		}
 		if err != nil {
-			return fmt.Errorf("horizon read: %w", err)
-		}
-		if horizon == nil {
-			return bustype.ErrHorizonMissing
-		}
-		in.horizon = *horizon
-		res.Locked = true
-		res.Problems = problems(problemCodes, problemDetails)
-		for _, p := range res.Problems {
-			if p.Blocks {
-				in.noProof = true
-			}
-			if p.Code == ProblemSequenceBelowHorizon {
-				in.frozen = true
-			}
-		}
-		if in.snap.xmax, err = parseXid(xmaxText); err != nil {
 			return err
 		}
-		if len(xipText) > 0 && (len(gapFirst) > 0 || len(skippedFirst) > 0) {
-			// Running transactions that provably write no event cannot
-			// hold a gap: leave them out of the proof.
-			rows, err := q.Query(ctx, sqlPossibleWriters, xipText)
-			if err != nil {
-				return fmt.Errorf("horizon: classify running transactions: %w", err)
-			}
-			if xipText, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-				return fmt.Errorf("horizon: classify running transactions: %w", err)
-			}
+		if !r.locked {
+			return end()
 		}
-		for _, t := range xipText {
-			x, err := parseXid(t)
+		in, err := r.input(func(xip []string) ([]string, error) {
+			rows, err := q.Query(ctx, sqlPossibleWriters, xip)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			in.snap.xip = append(in.snap.xip, x)
+			return pgx.CollectRows(rows, pgx.RowTo[string])
+		})
+		if err != nil {
+			return err
 		}
-		for i := range gapFirst {
-			b, err := parseXid(gapBounds[i])
-			if err != nil {
-				return err
-			}
-			in.gaps = append(in.gaps, gapRow{first: gapFirst[i], last: gapLast[i], bound: b,
-				age: time.Duration(gapAges[i] * float64(time.Second))})
-		}
-		for i := range skippedFirst {
-			b, err := parseXid(skippedBounds[i])
-			if err != nil {
-				return err
-			}
-			in.skipped = append(in.skipped, skippedRange{first: skippedFirst[i], last: skippedLast[i], bound: b,
-				newLate: skippedNewLate[i]})
-		}
+		res.Locked = true
+		res.LatePending = r.latePending
+		res.Problems = r.problems
 		in.gapTimeout = params.GapTimeout
 
 		w := walk(in)
@@ -359,4 +331,192 @@ func parseXid(s string) (uint64, error) {
 		return 0, fmt.Errorf("parse xid %q: %w", s, err)
 	}
 	return x, nil
+}
+
+// readResult is what a round's first round trip returns: whether it got
+// the lock, and the read (sqlHorizonRead).
+type readResult struct {
+	locked                            bool
+	horizon                           *int64
+	xmaxText                          string
+	xipText, gapBounds, skippedBounds []string
+	visible                           []int64
+	gapFirst, gapLast                 []int64
+	skippedFirst, skippedLast         []int64
+	gapAges                           []float64
+	skippedNewLate                    []bool
+	latePending                       int64
+	problems                          []Problem
+}
+
+// scan reads the settings statement's, the try-lock's and the read's
+// results from br.
+func (r *readResult) scan(br pgx.BatchResults) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	var locked string
+	if err := br.QueryRow().Scan(&locked); err != nil {
+		return fmt.Errorf("horizon lock: %w", err)
+	}
+	r.locked = locked == "true"
+	var problemCodes, problemDetails []string
+	err := br.QueryRow().Scan(&r.horizon, &r.xmaxText, &r.xipText, &r.visible,
+		&r.gapFirst, &r.gapLast, &r.gapBounds, &r.gapAges, &r.skippedFirst, &r.skippedLast, &r.skippedBounds, &r.skippedNewLate,
+		&r.latePending, &problemCodes, &problemDetails)
+	if !r.locked {
+		return nil // the read returns no row without the lock
+	}
+	if err != nil {
+		return fmt.Errorf("horizon read: %w", err)
+	}
+	if r.horizon == nil {
+		return bustype.ErrHorizonMissing
+	}
+	r.problems = problems(problemCodes, problemDetails)
+	return nil
+}
+
+// input is the walk's input from the read. writers, when the proof needs
+// it, narrows the running transactions to those that may write events
+// (sqlPossibleWriters); nil keeps them all, which proves less.
+func (r *readResult) input(writers func(xip []string) ([]string, error)) (walkInput, error) {
+	in := walkInput{horizon: *r.horizon, visible: r.visible}
+	for _, p := range r.problems {
+		if p.Blocks {
+			in.noProof = true
+		}
+		if p.Code == ProblemSequenceBelowHorizon {
+			in.frozen = true
+		}
+	}
+	var err error
+	if in.snap.xmax, err = parseXid(r.xmaxText); err != nil {
+		return in, err
+	}
+	xipText := r.xipText
+	if writers != nil && len(xipText) > 0 && (len(r.gapFirst) > 0 || len(r.skippedFirst) > 0) {
+		// Running transactions that provably write no event cannot
+		// hold a gap: leave them out of the proof.
+		if xipText, err = writers(xipText); err != nil {
+			return in, fmt.Errorf("horizon: classify running transactions: %w", err)
+		}
+	}
+	for _, t := range xipText {
+		x, err := parseXid(t)
+		if err != nil {
+			return in, err
+		}
+		in.snap.xip = append(in.snap.xip, x)
+	}
+	for i := range r.gapFirst {
+		b, err := parseXid(r.gapBounds[i])
+		if err != nil {
+			return in, err
+		}
+		in.gaps = append(in.gaps, gapRow{first: r.gapFirst[i], last: r.gapLast[i], bound: b,
+			age: time.Duration(r.gapAges[i] * float64(time.Second))})
+	}
+	for i := range r.skippedFirst {
+		b, err := parseXid(r.skippedBounds[i])
+		if err != nil {
+			return in, err
+		}
+		in.skipped = append(in.skipped, skippedRange{first: r.skippedFirst[i], last: r.skippedLast[i], bound: b,
+			newLate: r.skippedNewLate[i]})
+	}
+	return in, nil
+}
+
+// roundFast is a round in one round trip: BEGIN, the try-lock and the read
+// as a full round sends them, then sqlHorizonFast, which passes the run of
+// committed sequences just above the horizon (no proof needed: nothing is
+// missing in it), COMMIT, and the batches riding on it. The read is
+// walked afterwards, and full says whether the walk found what only a
+// full round does: a gap to record, prove or skip, late events to record,
+// skipped ranges to forget. Then the caller runs one, in a transaction of
+// its own, from a fresh read.
+func roundFast(ctx context.Context, c *pgx.Conn, params RoundParams) (res RoundResult, full bool, _ error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(database.TxSettingsSQL)
+	b.Queue(sqlHorizonTryLock)
+	b.Queue(sqlHorizonRead, params.PageSize, params.AgeShift.Seconds())
+	b.Queue(sqlHorizonFast, params.PageSize)
+	b.Queue("COMMIT")
+	var rideDone func(error)
+	if params.RideFunc != nil && params.HeadKnown {
+		rideDone = params.RideFunc(params.Head, params.Head+max(params.Step, 1), b)
+	}
+	br := c.SendBatch(ctx, b)
+	var (
+		r         readResult
+		committed bool
+		fastFrom  int64
+		fastTo    int64
+		moved     bool
+	)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := r.scan(br); err != nil {
+			return err
+		}
+		switch err := br.QueryRow().Scan(&fastFrom, &fastTo); {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("horizon round: move: %w", err)
+		default:
+			moved = true
+		}
+		ct, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		committed = ct.String() == "COMMIT"
+		return nil
+	}()
+	// Close runs the rides' callbacks (they are transactions of their
+	// own, run whether or not the round committed).
+	if cerr := br.Close(); err == nil && !committed {
+		err = cerr
+	}
+	if rideDone != nil {
+		rerr := err
+		if rerr == nil && !committed {
+			rerr = errRoundFailed
+		}
+		rideDone(rerr)
+	}
+	if err != nil {
+		return RoundResult{}, false, err
+	}
+	if !committed {
+		return RoundResult{}, false, errRoundFailed
+	}
+	if !r.locked {
+		return RoundResult{}, false, nil
+	}
+	in, err := r.input(nil)
+	if err != nil {
+		return RoundResult{}, false, err
+	}
+	in.gapTimeout = params.GapTimeout
+	w := walk(in)
+	res = RoundResult{Locked: true, Horizon: in.horizon, LatePending: r.latePending, Problems: r.problems,
+		More: len(in.visible) >= params.PageSize}
+	if moved {
+		res.Horizon, res.Moved, res.announce = fastTo, true, true
+	}
+	// The walk ran on every running transaction, not only the possible
+	// writers (sqlPossibleWriters), so it may hold where the full round
+	// proves: a gap it holds at, and skipped ranges still watched (which
+	// exist only after a gap timeout), take the full round too.
+	full = (w.holding && !in.noProof) || len(in.skipped) > 0 || len(w.newGaps) > 0 || len(w.late) > 0 ||
+		len(w.forgotten) > 0 || len(w.deadGaps) > 0 || w.horizon > res.Horizon
+	res.Holding = w.holding && !in.noProof
+	res.Blocked = w.holding && in.noProof
+	res.Watching = len(in.skipped) > 0
+	return res, full, nil
 }

@@ -57,6 +57,13 @@ type Service struct {
 	problemLog problemLog
 	clock      atomic.Pointer[Clock]
 
+	// The horizon this instance's last round left, and how far the last
+	// round that moved it moved it: the pools a fast round lets ride
+	// (RoundParams.Head).
+	head, step atomic.Int64
+	headKnown  atomic.Bool
+	holding    atomic.Bool // the last round waited at a gap
+
 	// The riverbus_horizon notifications (announce): while Run runs, its
 	// announcer sends them, the latest horizon each time it is woken.
 	announceWake    chan struct{}
@@ -104,10 +111,21 @@ func (s *Service) UseClock(c *Clock) { s.clock.Store(c) }
 func (s *Service) Round(ctx context.Context) (RoundResult, error) {
 	res, err := Advance(ctx, s.db, RoundParams{
 		GapTimeout: s.cfg.GapTimeout, PageSize: s.cfg.PageSize, AgeShift: s.clock.Load().Shift(),
-		RideFunc: s.cfg.RideFunc,
+		RideFunc: s.cfg.RideFunc, Fast: true,
+		Head: s.head.Load(), Step: s.step.Load(),
+		// While the horizon waits at a gap most rounds move nothing, and
+		// batches riding on them would find nothing: none ride then.
+		HeadKnown: s.headKnown.Load() && !s.holding.Load(),
 	})
 	if err != nil {
 		return res, err
+	}
+	if res.Locked {
+		if prev := s.head.Swap(res.Horizon); res.Moved {
+			s.step.Store(res.Horizon - prev)
+		}
+		s.headKnown.Store(true)
+		s.holding.Store(res.Holding || res.Blocked)
 	}
 	if res.pid != 0 {
 		s.ownPIDs.Store(res.pid, struct{}{})
