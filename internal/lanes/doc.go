@@ -21,8 +21,10 @@
 //   - handoff.go: River worker middleware (Handoff) that completes
 //     succeeded lane jobs at once, grouped into one statement per flush
 //     as group commit groups WAL writes, so the database hands their
-//     lanes on without waiting for River's batched completer.
-//     riverclient.Config installs it.
+//     lanes on without waiting for River's batched completer; in queues
+//     of ordered pools, which get twice their River slots, it caps the
+//     handlers running at once (NewHandoff). riverclient.Config
+//     installs it.
 //
 // In the database (migrations, by name):
 //
