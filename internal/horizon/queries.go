@@ -52,8 +52,8 @@ WHERE current_setting('riverbus.round') = 'true'`
 	// a hole ($1 at most), which needs no proof (DESIGN.md §2), unless
 	// the round did not get the lock or the sequence is below the horizon
 	// (sequence_below_horizon, which freezes the horizon). The gap rows
-	// the run passes go. It returns the horizon before and after, or no
-	// row when it did not move.
+	// the run passes go. It returns the new horizon, or no row when it did
+	// not move.
 	sqlHorizonFast = `WITH h AS (
 	SELECT r.horizon FROM riverbus_horizon r
 	WHERE current_setting('riverbus.round') = 'true'
@@ -69,7 +69,7 @@ run AS (
 d AS (DELETE FROM riverbus_gap WHERE last_sequence <= (SELECT run.top FROM run))
 UPDATE riverbus_horizon r SET horizon = run.top, updated_at = now()
 FROM run, h WHERE run.top > h.horizon
-RETURNING h.horizon, run.top`
+RETURNING run.top`
 
 	// sqlAssumptions lists what breaks the gap proof's assumptions (see
 	// "What the proof assumes" in doc.go), one row (code, detail) per

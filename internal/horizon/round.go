@@ -452,7 +452,6 @@ func roundFast(ctx context.Context, c *pgx.Conn, params RoundParams) (res RoundR
 	var (
 		r         readResult
 		committed bool
-		fastFrom  int64
 		fastTo    int64
 		moved     bool
 	)
@@ -463,7 +462,7 @@ func roundFast(ctx context.Context, c *pgx.Conn, params RoundParams) (res RoundR
 		if err := r.scan(br); err != nil {
 			return err
 		}
-		switch err := br.QueryRow().Scan(&fastFrom, &fastTo); {
+		switch err := br.QueryRow().Scan(&fastTo); {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return fmt.Errorf("horizon round: move: %w", err)

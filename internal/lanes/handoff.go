@@ -100,6 +100,7 @@ func (handoffArgs) Kind() string { return "" }
 // Work runs the job and, for a lane job that succeeded, completes it in
 // the next flush and waits for that flush.
 func (m *Handoff) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	run := doInner
 	if sem := m.limits[job.Queue]; sem != nil {
 		select {
 		case sem <- struct{}{}:
@@ -107,20 +108,16 @@ func (m *Handoff) Work(ctx context.Context, job *rivertype.JobRow, doInner func(
 			// Never started: back to available at once, no attempt spent.
 			return river.JobSnooze(0)
 		}
-		err := func() error {
+		run = func(ctx context.Context) error {
 			defer func() { <-sem }() // a panic, recovered by River, frees it too
 			return doInner(ctx)
-		}()
-		if err != nil || !hasLane(job.Metadata) {
-			return err
 		}
-	} else {
-		if !hasLane(job.Metadata) {
-			return doInner(ctx)
-		}
-		if err := doInner(ctx); err != nil {
-			return err
-		}
+	}
+	if !hasLane(job.Metadata) {
+		return run(ctx)
+	}
+	if err := run(ctx); err != nil {
+		return err
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
