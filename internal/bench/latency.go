@@ -76,6 +76,11 @@ type latencySample struct {
 	// (ms). Batches counts the measured pool's batches that inserted jobs.
 	Rounds, Holding, Batches int
 	RoundP50, RoundP99       float64
+	// DBPerEvent is the database's statement time per event measured (ms),
+	// StatementsPerEvent its statements per event: everything run on the
+	// side's database from the end of the warm-up until the last handler
+	// started (statements.go). Zero: not tracked.
+	DBPerEvent, StatementsPerEvent float64
 }
 
 // latencyOpts are a latency scenario's settings.
@@ -152,6 +157,16 @@ func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Resu
 	if timed(rbs, hopFetched) && timed(raws, hopFetched) {
 		rows = append(rows, row("hop: commit → "+hopFetched+" p50", "ms", nil, hop(hopFetched)))
 	}
+	// What each event cost the database, on both sides (statements.go);
+	// not with the background load, whose events are not the measured ones.
+	tracked := func(s []latencySample) bool {
+		return !slices.ContainsFunc(s, func(x latencySample) bool { return x.DBPerEvent == 0 })
+	}
+	if tracked(rbs) && tracked(raws) {
+		rows = append(rows,
+			row("database time per event", "ms", nil, func(s latencySample) float64 { return s.DBPerEvent }),
+			row("statements per event", "", nil, func(s latencySample) float64 { return s.StatementsPerEvent }))
+	}
 	return rows, nil
 }
 
@@ -161,6 +176,7 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 		return latencySample{}, err
 	}
 	defer d.drop()
+	tracked := !o.loaded && d.trackStatements(ctx)
 	appendDB, fanDB, workDB, closeAll, err := connectThree(ctx, d)
 	if err != nil {
 		return latencySample{}, err
@@ -184,6 +200,9 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 	}
 	p := newProbe()
 	p.trace = newTracer()
+	if tracked {
+		p.stats = &statements{db: appendDB}
+	}
 	client, err := p.startClient(ctx, e, workDB, o.loaded)
 	if err != nil {
 		return latencySample{}, err
@@ -232,6 +251,7 @@ func latencyRaw(ctx context.Context, e *env, o latencyOpts, n int) (latencySampl
 		return latencySample{}, err
 	}
 	defer d.drop()
+	tracked := !o.loaded && d.trackStatements(ctx)
 	insertDB, _, workDB, closeAll, err := connectThree(ctx, d)
 	if err != nil {
 		return latencySample{}, err
@@ -244,6 +264,9 @@ func latencyRaw(ctx context.Context, e *env, o latencyOpts, n int) (latencySampl
 		return latencySample{}, err
 	}
 	p := newProbe()
+	if tracked {
+		p.stats = &statements{db: insertDB}
+	}
 	client, err := p.startClient(ctx, e, workDB, o.loaded)
 	if err != nil {
 		return latencySample{}, err
@@ -380,6 +403,7 @@ type probe struct {
 	mu      sync.Mutex
 	started map[uuid.UUID]start
 	trace   *tracer
+	stats   *statements // nil: the database's statements are not read
 }
 
 type start struct{ at, created, attempted time.Time }
@@ -437,6 +461,11 @@ func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context
 	if err := p.wait(ctx, warm); err != nil {
 		return latencySample{}, fmt.Errorf("warm-up: %w", err)
 	}
+	if p.stats != nil {
+		if err := p.stats.reset(ctx); err != nil {
+			return latencySample{}, err
+		}
+	}
 
 	// pacing ends when until closes; the sends run on ctx, so none is
 	// cut short.
@@ -480,6 +509,13 @@ func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context
 	if err := p.wait(ctx, sent); err != nil {
 		return latencySample{}, err
 	}
+	var dbMs float64
+	var calls int64
+	if p.stats != nil {
+		if dbMs, calls, err = p.stats.totals(ctx); err != nil {
+			return latencySample{}, err
+		}
+	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	lat := make([]float64, len(sent))
 	pickup := make([]float64, len(sent))
@@ -509,6 +545,7 @@ func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context
 		P50: percentile(lat, 50), P95: percentile(lat, 95), P99: percentile(lat, 99),
 		PickupP50: percentile(pickup, 50), PickupP99: percentile(pickup, 99), Rate: achieved,
 		Events: len(sent), Hops: map[string][2]float64{},
+		DBPerEvent: dbMs / float64(len(sent)), StatementsPerEvent: float64(calls) / float64(len(sent)),
 	}
 	for h, v := range hops {
 		slices.Sort(v)

@@ -99,6 +99,27 @@ func FindBinDir() (string, error) {
 	return "", ErrNoBinaries
 }
 
+// HasLibrary reports whether the server binaries FindBinDir finds come with
+// the loadable module name (pg_stat_statements, say), in the library
+// directory beside the binaries (Debian's and PGDG's layout) or the one
+// pg_config reports.
+func HasLibrary(name string) bool {
+	binDir, err := FindBinDir()
+	if err != nil {
+		return false
+	}
+	dirs := []string{filepath.Join(filepath.Dir(binDir), "lib")}
+	if out, err := exec.Command(filepath.Join(binDir, "pg_config"), "--pkglibdir").Output(); err == nil {
+		dirs = append(dirs, strings.TrimSpace(string(out)))
+	}
+	for _, dir := range dirs {
+		if fi, err := os.Stat(filepath.Join(dir, name+".so")); err == nil && !fi.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
 func has(dir string) bool {
 	for _, name := range []string{"initdb", "postgres"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.IsDir() {
