@@ -24,7 +24,7 @@ test/race: ## Every test with the race detector
 test/short: ## Fast tests only (skips multi-process and restart tests)
 	$(GO) test -count=1 -short $(PKGS)
 
-bench: build ## Benchmarks beside raw River: table + bench/results.json (about 10 min; BENCH_FLAGS="--scale 0.1" for a quick look)
+bench: build ## Benchmarks beside raw River: table + bench/results.json (about 18 min on 2 cores; BENCH_FLAGS="--scale 0.1" for a quick look)
 	./bin/riverbus bench $(BENCH_FLAGS)
 
 chaos: ## Try hard to lose an event for 5 min (CHAOS_DURATION=30m for longer): kill -9s, a PostgreSQL crash, late commits

@@ -16,7 +16,10 @@
 //   - latency-200, latency-1000: append commit → handler start with
 //     the fan-out running, against River's Insert commit → Work start,
 //     open loop from 32 goroutines, with commit → each step of the way
-//     (the horizon round, the pool batch, River's fetch). Targets: at
+//     (the horizon round, the pool batch, River's fetch), and what each
+//     event cost the database on each side (statement time and statements
+//     per event, from pg_stat_statements when the server loads it: the
+//     throwaway server does). Targets: at
 //     200/s p50 ≤ 2.5× and p99 ≤ 2× raw River's; at
 //     1,000/s p50 ≤ 1.5× raw River's; the offered rate reached.
 //   - latency-200-loaded: latency-200 while both sides carry a background
