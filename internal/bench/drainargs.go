@@ -26,34 +26,35 @@ func (smallArgs) Kind() string { return benchKind }
 // own jobs out of that index.
 func runDrainArgs(ctx context.Context, e *env) ([]Result, error) {
 	n := e.scaled(drainJobs, 50)
-	side := func(small bool) func(ctx context.Context) (float64, error) {
-		return func(ctx context.Context) (float64, error) { return rawDrain(ctx, e, n, small) }
+	side := func(small bool) func(ctx context.Context) (drained, error) {
+		return func(ctx context.Context) (drained, error) { return rawDrain(ctx, e, n, small) }
 	}
 	envelope, small, err := measurePair(ctx, e, "drain-args", side(false), side(true))
 	if err != nil {
 		return nil, err
 	}
 	note := fmt.Sprintf("here RIVERBUS is raw River draining %d jobs whose args are an event envelope (≈ 297 B, as riverbus's jobs) and RAW RIVER the same with args of a few bytes (River at its best); same worker settings as drain", n)
-	return []Result{paired("drain-args", "throughput", "jobs/s", envelope, small, nil, note)}, nil
+	return drainRows("drain-args", envelope, small, nil, note), nil
 }
 
 // rawDrain inserts n jobs with raw River into a fresh database, event
 // envelopes as args or, with small, args of a few bytes, and returns how
 // fast a River client with riverbus's worker settings completes them.
-func rawDrain(ctx context.Context, e *env, n int, small bool) (float64, error) {
+func rawDrain(ctx context.Context, e *env, n int, small bool) (drained, error) {
 	d, err := e.newDatabase(ctx, schemaRiver)
 	if err != nil {
-		return 0, err
+		return drained{}, err
 	}
 	defer d.drop()
+	tracked := d.trackStatements(ctx)
 	db, err := d.connect(ctx, workerConns)
 	if err != nil {
-		return 0, err
+		return drained{}, err
 	}
 	defer db.Close()
 	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
 	if err != nil {
-		return 0, err
+		return drained{}, err
 	}
 	batches := rawBatches(rawEvents(n), poolNames(1))
 	if small {
@@ -65,10 +66,14 @@ func rawDrain(ctx context.Context, e *env, n int, small bool) (float64, error) {
 		}
 	}
 	if err := insertRaw(ctx, client, db, batches, 1); err != nil {
-		return 0, err
+		return drained{}, err
 	}
 	if err := d.settle(ctx, db); err != nil {
-		return 0, err
+		return drained{}, err
 	}
-	return drain(ctx, e, db, n, false)
+	var stats *statements
+	if tracked {
+		stats = &statements{db: db}
+	}
+	return drain(ctx, e, db, n, false, stats)
 }

@@ -159,14 +159,7 @@ func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Resu
 	}
 	// What each event cost the database, on both sides (statements.go);
 	// not with the background load, whose events are not the measured ones.
-	tracked := func(s []latencySample) bool {
-		return !slices.ContainsFunc(s, func(x latencySample) bool { return x.DBPerEvent == 0 })
-	}
-	if tracked(rbs) && tracked(raws) {
-		rows = append(rows,
-			row("database time per event", "ms", nil, func(s latencySample) float64 { return s.DBPerEvent }),
-			row("statements per event", "", nil, func(s latencySample) float64 { return s.StatementsPerEvent }))
-	}
+	rows = append(rows, costRows("event", rbs, raws, func(s latencySample) (float64, float64) { return s.DBPerEvent, s.StatementsPerEvent }, row)...)
 	return rows, nil
 }
 

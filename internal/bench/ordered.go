@@ -29,8 +29,8 @@ func runOrdered(ctx context.Context, e *env) ([]Result, error) {
 	type sample struct{ Fan, Drain float64 }
 	side := func(opt func(*bustype.PoolParams)) func(ctx context.Context) (sample, error) {
 		return func(ctx context.Context) (sample, error) {
-			fan, drain, err := fanOutAndDrain(ctx, e, n, keys, opt)
-			return sample{fan, drain}, err
+			fan, dr, err := fanOutAndDrain(ctx, e, n, keys, opt)
+			return sample{fan, dr.Rate}, err
 		}
 	}
 	os, us, err := measurePair(ctx, e, name, side(ordered), side(unordered))

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -71,4 +72,21 @@ func (s *statements) totals(ctx context.Context) (ms float64, calls int64, err e
 		return 0, 0, fmt.Errorf("read pg_stat_statements: %w", err)
 	}
 	return ms, calls, nil
+}
+
+// costRows are a paired scenario's rows of what each unit (event, job)
+// cost the database, when every sample of both sides was tracked (cost
+// returns the statement time in ms, zero when not tracked, and the
+// statements); row makes a paired row as the scenario's other rows.
+func costRows[T any](unit string, rbs, raws []T, cost func(T) (ms, statements float64), row func(metric, unit string, target *Target, f func(T) float64) Result) []Result {
+	tracked := func(s []T) bool {
+		return !slices.ContainsFunc(s, func(x T) bool { ms, _ := cost(x); return ms == 0 })
+	}
+	if !tracked(rbs) || !tracked(raws) {
+		return nil
+	}
+	return []Result{
+		row("database time per "+unit, "ms", nil, func(x T) float64 { ms, _ := cost(x); return ms }),
+		row("statements per "+unit, "", nil, func(x T) float64 { _, n := cost(x); return n }),
+	}
 }

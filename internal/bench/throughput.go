@@ -89,6 +89,8 @@ type backlog struct {
 	f     *engine.Fanout
 	last  int64
 	close func()
+	// tracked: the database's statements are tracked (statements.go).
+	tracked bool
 }
 
 func newBacklog(ctx context.Context, e *env, conns int32, n, keys, pools int, opts ...func(*bustype.PoolParams)) (*backlog, error) {
@@ -96,12 +98,13 @@ func newBacklog(ctx context.Context, e *env, conns int32, n, keys, pools int, op
 	if err != nil {
 		return nil, err
 	}
+	tracked := d.trackStatements(ctx)
 	db, err := d.connect(ctx, conns)
 	if err != nil {
 		d.drop()
 		return nil, err
 	}
-	b := &backlog{d: d, db: db, close: func() { db.Close(); d.drop() }}
+	b := &backlog{d: d, db: db, tracked: tracked, close: func() { db.Close(); d.drop() }}
 	err = func() error {
 		if b.last, err = copyEvents(ctx, db, n, keys); err != nil {
 			return err
@@ -195,54 +198,82 @@ func expectJobs(ctx context.Context, db *pgxpool.Pool, want int, state string) e
 // args of a few bytes, the same settings.
 func runDrain(ctx context.Context, e *env) ([]Result, error) {
 	n := e.scaled(drainJobs, 50)
-	rb := func(ctx context.Context) (float64, error) {
-		_, rate, err := fanOutAndDrain(ctx, e, n, 0)
-		return rate, err
+	rb := func(ctx context.Context) (drained, error) {
+		_, dr, err := fanOutAndDrain(ctx, e, n, 0)
+		return dr, err
 	}
 	// River at its best: jobs with args of a few bytes, which cost River's
 	// GIN index on args next to nothing (drain-args measures what an
 	// envelope costs raw River).
-	raw := func(ctx context.Context) (float64, error) { return rawDrain(ctx, e, n, true) }
+	raw := func(ctx context.Context) (drained, error) { return rawDrain(ctx, e, n, true) }
 	rbs, raws, err := measurePair(ctx, e, "drain", rb, raw)
 	if err != nil {
 		return nil, err
 	}
 	note := fmt.Sprintf("%d no-op jobs, riverbus worker settings (FetchCooldown %s, FetchPollInterval %s), MaxWorkers %d, timed from Client.Start to the last completed event; RAW RIVER drains jobs with args of a few bytes (River at its best), riverbus its event envelopes",
 		n, workers.FetchCooldownDefault, workers.FetchPollIntervalDefault, drainWorkers)
-	return []Result{paired("drain", "throughput", "jobs/s", rbs, raws, &Target{Of: "ratio", Op: ">=", Value: 0.9}, note)}, nil
+	return drainRows("drain", rbs, raws, &Target{Of: "ratio", Op: ">=", Value: 0.9}, note), nil
+}
+
+// drainRows are a drain scenario's rows: the throughput and, when both
+// sides' statements were tracked, what each job cost the database.
+func drainRows(name string, rbs, raws []drained, target *Target, note string) []Result {
+	pick := func(s []drained, f func(drained) float64) []float64 {
+		out := make([]float64, len(s))
+		for i, x := range s {
+			out[i] = f(x)
+		}
+		return out
+	}
+	row := func(metric, unit string, target *Target, f func(drained) float64) Result {
+		return paired(name, metric, unit, pick(rbs, f), pick(raws, f), target, note)
+	}
+	rows := []Result{row("throughput", "jobs/s", target, func(d drained) float64 { return d.Rate })}
+	return append(rows, costRows("job", rbs, raws, func(d drained) (float64, float64) { return d.DBPerJob, d.StatementsPerJob }, row)...)
 }
 
 // fanOutAndDrain appends n events (keys as for eventKeyOf), creates one
 // pool with opts, and returns how fast the fan-out created the pool's jobs
 // and how fast a River client then completed them.
-func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*bustype.PoolParams)) (fanRate, drainRate float64, err error) {
+func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*bustype.PoolParams)) (fanRate float64, dr drained, err error) {
 	b, err := newBacklog(ctx, e, workerConns, n, keys, 1, opts...)
 	if err != nil {
-		return 0, 0, err
+		return 0, drained{}, err
 	}
 	defer b.close()
 	elapsed, err := b.catchUp(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, drained{}, err
 	}
 	fanRate = float64(n) / elapsed.Seconds()
 	if err := b.d.settle(ctx, b.db); err != nil {
-		return 0, 0, err
+		return 0, drained{}, err
 	}
 	var params bustype.PoolParams
 	for _, opt := range opts {
 		opt(&params)
 	}
 	ordered := params.Ordering != "" && params.Ordering != bustype.OrderingNone
-	drainRate, err = drain(ctx, e, b.db, n, ordered)
-	return fanRate, drainRate, err
+	var stats *statements
+	if b.tracked {
+		stats = &statements{db: b.db}
+	}
+	dr, err = drain(ctx, e, b.db, n, ordered, stats)
+	return fanRate, dr, err
+}
+
+// drained is what a drain measured: jobs completed per second and, when
+// the database's statements are tracked, its statement time (ms) and
+// statements per job (zero otherwise).
+type drained struct {
+	Rate, DBPerJob, StatementsPerJob float64
 }
 
 // drain starts a River client with the recommended settings and a no-op
 // worker, and returns how many jobs per second it completed until all n were
 // completed. ordered: the queue holds an ordered pool, and gets the River
 // slots a riverbus.Client gives such a queue (riverclient.Opts.Ordered).
-func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int, ordered bool) (float64, error) {
+func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int, ordered bool, stats *statements) (drained, error) {
 	w := river.NewWorkers()
 	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
 	opts := riverclient.Opts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Config: workers.Config{Logger: e.quiet}}
@@ -251,20 +282,25 @@ func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int, ordered bool) (
 	}
 	cfg, err := riverclient.Config(opts)
 	if err != nil {
-		return 0, err
+		return drained{}, err
 	}
 	client, err := river.NewClient(riverpgxv5.New(db), cfg)
 	if err != nil {
-		return 0, err
+		return drained{}, err
 	}
 	completed, unsubscribe := client.SubscribeConfig(&river.SubscribeConfig{
 		Kinds:    []river.EventKind{river.EventKindJobCompleted},
 		ChanSize: n + 1000, // never drop one
 	})
 	defer unsubscribe()
+	if stats != nil {
+		if err := stats.reset(ctx); err != nil {
+			return drained{}, err
+		}
+	}
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return drained{}, err
 	}
 	defer stopClient(client)
 	timeout := time.NewTimer(phaseTimeout)
@@ -274,12 +310,21 @@ func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int, ordered bool) (
 		case <-completed:
 			done++
 		case <-timeout.C:
-			return 0, fmt.Errorf("drain: %d of %d jobs completed after %s", done, n, phaseTimeout)
+			return drained{}, fmt.Errorf("drain: %d of %d jobs completed after %s", done, n, phaseTimeout)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return drained{}, ctx.Err()
 		}
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	dr := drained{Rate: float64(n) / time.Since(start).Seconds()}
+	if stats != nil {
+		// Every job's completion has committed: River sends the event after.
+		ms, calls, err := stats.totals(ctx)
+		if err != nil {
+			return drained{}, err
+		}
+		dr.DBPerJob, dr.StatementsPerJob = ms/float64(n), float64(calls)/float64(n)
+	}
+	return dr, nil
 }
 
 func stopClient(c *river.Client[pgx.Tx]) {
