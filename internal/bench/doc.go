@@ -8,8 +8,9 @@
 //     events (Fanout.Pass in a loop) against River's InsertManyFast of the
 //     same job rows. Target: riverbus/raw ≥ 0.8.
 //   - drain: a River client with riverbus worker settings (workers.Config defaults) working the
-//     jobs the fan-out created against the same number of raw jobs.
-//     Target: riverbus/raw ≥ 0.9.
+//     jobs the fan-out created against the same number of raw jobs with
+//     args of a few bytes, and the database time and statements per job
+//     (as the latency scenarios, below). Target: riverbus/raw ≥ 0.9.
 //   - drain-args: raw River draining jobs whose args are an event
 //     envelope against raw River draining jobs with args of a few bytes
 //     (River at its best): what the envelope in args costs River itself.
