@@ -94,11 +94,18 @@ type backlog struct {
 }
 
 func newBacklog(ctx context.Context, e *env, conns int32, n, keys, pools int, opts ...func(*bustype.PoolParams)) (*backlog, error) {
+	return openBacklog(ctx, e, false, conns, n, keys, pools, opts...)
+}
+
+// openBacklog is newBacklog; with track, the database's statements are
+// tracked (when the server can: backlog.tracked), for the scenarios that
+// report them; the others leave their raw side's conditions alone.
+func openBacklog(ctx context.Context, e *env, track bool, conns int32, n, keys, pools int, opts ...func(*bustype.PoolParams)) (*backlog, error) {
 	d, err := e.newDatabase(ctx, schemaRiverbus)
 	if err != nil {
 		return nil, err
 	}
-	tracked := d.trackStatements(ctx)
+	tracked := track && d.trackStatements(ctx)
 	db, err := d.connect(ctx, conns)
 	if err != nil {
 		d.drop()
@@ -236,7 +243,7 @@ func drainRows(name string, rbs, raws []drained, target *Target, note string) []
 // pool with opts, and returns how fast the fan-out created the pool's jobs
 // and how fast a River client then completed them.
 func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*bustype.PoolParams)) (fanRate float64, dr drained, err error) {
-	b, err := newBacklog(ctx, e, workerConns, n, keys, 1, opts...)
+	b, err := openBacklog(ctx, e, true, workerConns, n, keys, 1, opts...)
 	if err != nil {
 		return 0, drained{}, err
 	}
