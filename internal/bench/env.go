@@ -46,8 +46,8 @@ type env struct {
 	pgVersion  string
 
 	// statements: the server tracks statements (pg_stat_statements is
-	// loaded, and created in the templates), so the latency scenarios
-	// report the database time each event took (statements.go).
+	// loaded, and created in every template), so the latency and drain
+	// scenarios report the database time per event or job (statements.go).
 	statements bool
 
 	childDir string // the child commands, built on first use (childBin)
@@ -109,6 +109,7 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	if e.tmpDir, err = os.MkdirTemp("", "riverbus-bench-"); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	e.statements = true // unless a template cannot have them
 	for _, s := range []schema{schemaRiverbus, schemaRiver} {
 		if err := e.createTemplate(ctx, s); err != nil {
 			return nil, err
@@ -128,10 +129,8 @@ func (e *env) createTemplate(ctx context.Context, s schema) error {
 		return fmt.Errorf("bench: connect to template: %w", err)
 	}
 	defer pool.Close()
-	if s == schemaRiverbus {
-		e.statements = createStatementsExtension(ctx, pool)
-	} else if e.statements {
-		e.statements = createStatementsExtension(ctx, pool)
+	if !createStatementsExtension(ctx, pool) {
+		e.statements = false
 	}
 	if s == schemaRiverbus {
 		if _, err := migrations.Up(ctx, pool); err != nil {

@@ -47,13 +47,6 @@ func runLiveDuringRebuild(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	pick := func(s []rebuildSample, f func(rebuildSample) float64) []float64 {
-		out := make([]float64, len(s))
-		for i, x := range s {
-			out[i] = f(x)
-		}
-		return out
-	}
 	events := func(s []rebuildSample) float64 {
 		return summarize(pick(s, func(x rebuildSample) float64 { return float64(x.Events) })).Median
 	}

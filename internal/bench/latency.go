@@ -102,13 +102,6 @@ func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Resu
 	if err != nil {
 		return nil, err
 	}
-	pick := func(s []latencySample, f func(latencySample) float64) []float64 {
-		out := make([]float64, len(s))
-		for i, x := range s {
-			out[i] = f(x)
-		}
-		return out
-	}
 	med := func(s []latencySample, f func(latencySample) float64) float64 { return summarize(pick(s, f)).Median }
 	// The targets of issue #12, as ratios to raw River in the same run.
 	var p50Target, p99Target, rateTarget *Target

@@ -29,7 +29,7 @@ func runOrdered(ctx context.Context, e *env) ([]Result, error) {
 	type sample struct{ Fan, Drain float64 }
 	side := func(opt func(*bustype.PoolParams)) func(ctx context.Context) (sample, error) {
 		return func(ctx context.Context) (sample, error) {
-			fan, dr, err := fanOutAndDrain(ctx, e, n, keys, opt)
+			fan, dr, err := fanOutAndDrain(ctx, e, false, n, keys, opt)
 			return sample{fan, dr.Rate}, err
 		}
 	}
@@ -37,20 +37,12 @@ func runOrdered(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	pick := func(s []sample, drain bool) []float64 {
-		out := make([]float64, len(s))
-		for i, x := range s {
-			out[i] = x.Fan
-			if drain {
-				out[i] = x.Drain
-			}
-		}
-		return out
-	}
+	fanOf := func(x sample) float64 { return x.Fan }
+	drainOf := func(x sample) float64 { return x.Drain }
 	note := fmt.Sprintf("here RIVERBUS is a pool with Ordering \"key\" and RAW RIVER the same pool unordered (not raw River); %d events over %d keys; drain as in the drain scenario", n, keys)
 	return []Result{
-		paired(name, "fan-out throughput", "jobs/s", pick(os, false), pick(us, false), nil, note),
-		paired(name, "drain throughput", "jobs/s", pick(os, true), pick(us, true), &Target{Of: "ratio", Op: ">=", Value: 0.5}, note),
+		paired(name, "fan-out throughput", "jobs/s", pick(os, fanOf), pick(us, fanOf), nil, note),
+		paired(name, "drain throughput", "jobs/s", pick(os, drainOf), pick(us, drainOf), &Target{Of: "ratio", Op: ">=", Value: 0.5}, note),
 	}, nil
 }
 

@@ -47,6 +47,16 @@ func ratios(a, b []float64) []float64 {
 
 // paired builds a row with a riverbus figure, a raw River figure and their
 // per-run ratio.
+// pick is f of each sample: one figure of every run, for summarize and
+// paired.
+func pick[T any](s []T, f func(T) float64) []float64 {
+	out := make([]float64, len(s))
+	for i, x := range s {
+		out[i] = f(x)
+	}
+	return out
+}
+
 func paired(scenario, metric, unit string, rb, raw []float64, target *Target, note string) Result {
 	return Result{
 		Scenario: scenario, Metric: metric, Unit: unit,

@@ -173,7 +173,7 @@ func shares(samples map[int][]scaleOutSample, procs []int) string {
 // events events for scaleOutPools pools.
 func scaleOutFanout(ctx context.Context, e *env, bin string, procs, events int) (scaleOutSample, error) {
 	// The backlog's own Fanout stays unused: the processes fan out.
-	b, err := newBacklog(ctx, e, poolConns, events, 0, scaleOutPools)
+	b, err := newBacklog(ctx, e, false, poolConns, events, 0, scaleOutPools)
 	if err != nil {
 		return scaleOutSample{}, err
 	}
@@ -191,7 +191,7 @@ func scaleOutFanout(ctx context.Context, e *env, bin string, procs, events int) 
 // scaleOutWork measures procs worker processes draining jobs jobs of one
 // pool together.
 func scaleOutWork(ctx context.Context, e *env, bin string, procs, jobs int) (scaleOutSample, error) {
-	b, err := newBacklog(ctx, e, poolConns, jobs, 0, 1)
+	b, err := newBacklog(ctx, e, false, poolConns, jobs, 0, 1)
 	if err != nil {
 		return scaleOutSample{}, err
 	}

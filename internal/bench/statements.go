@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// What an event costs the database: the latency scenarios read
+// What an event costs the database: the latency and drain scenarios read
 // pg_stat_statements for the measured database, on both sides, and report
-// the statement time and the statements per event sent. Riverbus does more
+// the statement time and the statements per event sent or job drained. Riverbus does more
 // per event than raw River (the append, a share of a horizon round and of a
 // pool batch, then River's own fetch and completion), and on a machine of
 // two cores that work is what the latency ratios pay for under load.

@@ -93,14 +93,11 @@ type backlog struct {
 	tracked bool
 }
 
-func newBacklog(ctx context.Context, e *env, conns int32, n, keys, pools int, opts ...func(*bustype.PoolParams)) (*backlog, error) {
-	return openBacklog(ctx, e, false, conns, n, keys, pools, opts...)
-}
-
-// openBacklog is newBacklog; with track, the database's statements are
-// tracked (when the server can: backlog.tracked), for the scenarios that
-// report them; the others leave their raw side's conditions alone.
-func openBacklog(ctx context.Context, e *env, track bool, conns int32, n, keys, pools int, opts ...func(*bustype.PoolParams)) (*backlog, error) {
+// newBacklog appends n events to a fresh database and creates pools with
+// opts. With track its statements are tracked (when the server can:
+// backlog.tracked), for the scenarios that report them; the others leave
+// their raw side's conditions alone.
+func newBacklog(ctx context.Context, e *env, track bool, conns int32, n, keys, pools int, opts ...func(*bustype.PoolParams)) (*backlog, error) {
 	d, err := e.newDatabase(ctx, schemaRiverbus)
 	if err != nil {
 		return nil, err
@@ -140,7 +137,7 @@ func (b *backlog) catchUp(ctx context.Context) (time.Duration, error) {
 }
 
 func fanoutRiverbus(ctx context.Context, e *env, n, pools int) (rate, size float64, err error) {
-	b, err := newBacklog(ctx, e, poolConns, n, 0, pools)
+	b, err := newBacklog(ctx, e, false, poolConns, n, 0, pools)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -206,7 +203,7 @@ func expectJobs(ctx context.Context, db *pgxpool.Pool, want int, state string) e
 func runDrain(ctx context.Context, e *env) ([]Result, error) {
 	n := e.scaled(drainJobs, 50)
 	rb := func(ctx context.Context) (drained, error) {
-		_, dr, err := fanOutAndDrain(ctx, e, n, 0)
+		_, dr, err := fanOutAndDrain(ctx, e, true, n, 0)
 		return dr, err
 	}
 	// River at its best: jobs with args of a few bytes, which cost River's
@@ -225,13 +222,6 @@ func runDrain(ctx context.Context, e *env) ([]Result, error) {
 // drainRows are a drain scenario's rows: the throughput and, when both
 // sides' statements were tracked, what each job cost the database.
 func drainRows(name string, rbs, raws []drained, target *Target, note string) []Result {
-	pick := func(s []drained, f func(drained) float64) []float64 {
-		out := make([]float64, len(s))
-		for i, x := range s {
-			out[i] = f(x)
-		}
-		return out
-	}
 	row := func(metric, unit string, target *Target, f func(drained) float64) Result {
 		return paired(name, metric, unit, pick(rbs, f), pick(raws, f), target, note)
 	}
@@ -241,9 +231,10 @@ func drainRows(name string, rbs, raws []drained, target *Target, note string) []
 
 // fanOutAndDrain appends n events (keys as for eventKeyOf), creates one
 // pool with opts, and returns how fast the fan-out created the pool's jobs
-// and how fast a River client then completed them.
-func fanOutAndDrain(ctx context.Context, e *env, n, keys int, opts ...func(*bustype.PoolParams)) (fanRate float64, dr drained, err error) {
-	b, err := openBacklog(ctx, e, true, workerConns, n, keys, 1, opts...)
+// and how fast a River client then completed them (with track, also what
+// each job cost the database: newBacklog).
+func fanOutAndDrain(ctx context.Context, e *env, track bool, n, keys int, opts ...func(*bustype.PoolParams)) (fanRate float64, dr drained, err error) {
+	b, err := newBacklog(ctx, e, track, workerConns, n, keys, 1, opts...)
 	if err != nil {
 		return 0, drained{}, err
 	}

@@ -65,3 +65,14 @@ func TestMissingBinariesSayWhatToInstall(t *testing.T) {
 	require.ErrorIs(t, err, pgserver.ErrNoBinaries)
 	require.Contains(t, err.Error(), "apt-get install -y postgresql")
 }
+
+// HasLibrary finds the modules every server installation ships (plpgsql)
+// and not one that does not exist; the bench loads pg_stat_statements only
+// when it says so.
+func TestHasLibrary(t *testing.T) {
+	if _, err := pgserver.FindBinDir(); err != nil {
+		t.Skip("no PostgreSQL binaries")
+	}
+	require.True(t, pgserver.HasLibrary("plpgsql"))
+	require.False(t, pgserver.HasLibrary("riverbus_no_such_module"))
+}
