@@ -369,3 +369,45 @@ func TestLostQueueNotificationHealsWithinTenSeconds(t *testing.T) {
 	defer cancel()
 	require.NoError(t, b.client.CheckpointWait(waitCtx, "hooks", last, nil))
 }
+
+type ownArgs struct{}
+
+func (ownArgs) Kind() string { return "own" }
+
+// TestNewRiverDriverGuardsAnApplicationsOwnClient: a River client an
+// application builds itself with riverbus.NewRiverDriver works on through a
+// neighbour's forged cancels; an operator's cancel still ends its job.
+func TestNewRiverDriverGuardsAnApplicationsOwnClient(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	w := &holdingWorker[ownArgs]{release: make(chan struct{})}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, w)
+	rc, err := river.NewClient(riverbus.NewRiverDriver(tb.db, nil), &river.Config{
+		Queues:  map[string]river.QueueConfig{"own": {MaxWorkers: 2}},
+		Workers: ws,
+	})
+	require.NoError(t, err)
+	require.NoError(t, rc.Start(ctx))
+	stopOnCleanup(t, rc.Stop)
+	var ids []int64
+	for range 2 {
+		res, err := rc.Insert(ctx, ownArgs{}, &river.InsertOpts{Queue: "own"})
+		require.NoError(t, err)
+		ids = append(ids, res.Job.ID)
+	}
+	require.Eventually(t, func() bool { return w.started.Load() == 2 }, 30*time.Second, 10*time.Millisecond)
+
+	b := &controlBundle{db: tb.db, channel: controlChannel(t, tb.db)}
+	type cancel struct {
+		Action string `json:"action"`
+		JobID  int64  `json:"job_id"`
+		Queue  string `json:"queue"`
+	}
+	b.forge(t, b.neighbour(t), cancel{Action: "cancel", JobID: ids[0], Queue: "own"})
+	b.cancelAndWait(t, ctx, rc, ids[1])
+	require.Equal(t, rivertype.JobStateRunning, jobState(t, tb.db, ids[0]), "a forged cancel ended the job")
+
+	close(w.release)
+	require.Eventually(t, func() bool { return jobState(t, tb.db, ids[0]) == rivertype.JobStateCompleted }, 10*time.Second, 10*time.Millisecond)
+}
