@@ -34,9 +34,12 @@ const (
 const (
 	// ControlReconcileInterval is how often the listener passes on the
 	// state river_queue holds for every queue, and the cancel requests of
-	// running jobs it has not passed on yet: a message lost (the listener
-	// was reconnecting, a check failed, a buffer was full) takes effect
-	// within this interval, where River's own poll takes a minute.
+	// running jobs it has not passed on yet: a pause or resume lost
+	// anywhere, and a cancel lost before its check (the listener was
+	// reconnecting, the check failed, too many messages were waiting),
+	// take effect within this interval, where River's own poll takes a
+	// minute. A confirmed cancel that River's notifier then drops (its
+	// buffer full of other messages) waits for River's poll.
 	ControlReconcileInterval = 5 * time.Second
 
 	// ControlPendingMax is how many control messages may wait for their
