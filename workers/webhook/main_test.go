@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -67,7 +66,7 @@ func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 	require.NoError(t, err)
 	rc.RetryPolicy = fastRetry{}
 	rc.TestOnly = true
-	client, err := river.NewClient(riverpgxv5.New(db), rc)
+	client, err := river.NewClient(riverclient.NewDriver(db, rc.Logger), rc)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {
