@@ -91,6 +91,9 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("types") {
+				a.warnAbsentTypes(cmd.Context(), client, params.EventTypes)
+			}
 			switch {
 			case created:
 				fmt.Fprintf(a.stdout, "created pool %s (queue %s, starts after sequence %d)\n", p.Name, p.Queue, p.StartAfter)
@@ -117,7 +120,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 	f.DurationVar(&retry.MaxDelay, "retry-max-delay", 0, fmt.Sprintf("longest delay before a retry, a webhook's Retry-After included, at most %s (default %s)", bustype.RetryMaxDelayMax, bustype.RetryMaxDelayDefault))
 	f.Float64Var(&retry.Jitter, "retry-jitter", 0, fmt.Sprintf("largest random fraction a delay is shortened by, 0 (none) to 1 (default %g)", bustype.RetryJitterDefault))
 	if !update {
-		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning (the oldest event retention kept), now, or a sequence number (delivers events after it)")
+		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning (the oldest event retention kept), now, or a sequence number (delivers events after it; at most the last sequence handed out)")
 		f.BoolVar(&allowUpdate, "update", false, "change the settings of an existing pool instead of failing")
 	}
 	return cmd
@@ -400,5 +403,19 @@ func (a *app) waitCaughtUp(ctx context.Context, client *riverbus.Client, pool st
 			return nil
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// warnAbsentTypes warns, on stderr, about each of types no event in the log
+// has: most likely a typo, and the pool would wait for it forever. The pool
+// is made all the same; a failed check is a warning too.
+func (a *app) warnAbsentTypes(ctx context.Context, client *riverbus.Client, types []string) {
+	absent, err := client.EventTypesAbsent(ctx, types)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "warning: could not check that events of the types given exist: %s\n", safe(err.Error()))
+		return
+	}
+	for _, typ := range absent {
+		fmt.Fprintf(a.stderr, "warning: no event of type %q is in the log yet: check the spelling; the pool receives only the types --types names\n", typ)
 	}
 }

@@ -140,7 +140,12 @@ func Create(ctx context.Context, db database.DB, params bustype.PoolParams) (*bu
 			}
 			return nil
 		}
+		// Nothing inserted: the pool exists (its start point never
+		// changes here), or the start point is beyond the end of the log.
 		existing, err := get(ctx, tx, params.Name, true)
+		if errors.Is(err, bustype.ErrUnknownPool) {
+			return beyondLogError(ctx, tx, "start sequence", startAfter)
+		}
 		if err != nil {
 			return err
 		}
@@ -316,7 +321,10 @@ func translatePoolErr(err error) error {
 // its checkpoint to the same place. It waits for a fan-out batch of the pool
 // in flight to finish, and for a retention batch in flight (DESIGN.md §8):
 // to 0 is where the log begins after retention, and a to below that is an
-// bustype.ErrInvalidPool error. Jobs already created are left alone.
+// bustype.ErrInvalidPool error. A to beyond the end of the log (the last
+// sequence handed out, or the horizon when higher) is a
+// *bustype.StartBeyondLogError: the pool would skip the events appended
+// next. Jobs already created are left alone.
 func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype.Pool, error) {
 	if to < 0 {
 		return nil, fmt.Errorf("%w: reset position must be >= 0, got %d", bustype.ErrInvalidPool, to)
@@ -338,8 +346,12 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		if _, err := get(ctx, tx, name, true); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, sqlPoolReset, name, to); err != nil {
+		tag, err := tx.Exec(ctx, sqlPoolReset, name, to)
+		if err != nil {
 			return err
+		}
+		if tag.RowsAffected() == 0 { // the row is locked: only the end of the log refuses
+			return beyondLogError(ctx, tx, "reset position", to)
 		}
 		if _, err := tx.Exec(ctx, sqlPoolStartSet, name, to); err != nil {
 			return err
@@ -354,6 +366,34 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		return nil, fmt.Errorf("reset pool %q: %w", name, err)
 	}
 	return pool, nil
+}
+
+// beyondLogError is the *bustype.StartBeyondLogError for a start point a
+// statement refused, saying where the log ends.
+func beyondLogError(ctx context.Context, tx pgx.Tx, what string, position int64) error {
+	e := &bustype.StartBeyondLogError{What: what, Position: position}
+	if err := tx.QueryRow(ctx, sqlLogEndParts).Scan(&e.LastSequence, &e.Horizon); err != nil {
+		return fmt.Errorf("read where the log ends: %w", err)
+	}
+	return e
+}
+
+// EventTypesAbsent returns those of types no event in the log has (none
+// appended yet, or retention deleted them all), in order: a pool filtered
+// on such a type is most likely a typo. One index probe per type.
+func EventTypesAbsent(ctx context.Context, db database.DB, types []string) ([]string, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, sqlEventTypesAbsent, types)
+	if err != nil {
+		return nil, fmt.Errorf("look up event types: %w", err)
+	}
+	absent, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look up event types: %w", err)
+	}
+	return absent, nil
 }
 
 // Delete deletes a pool. With unfinished jobs (available, scheduled,
