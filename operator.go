@@ -151,7 +151,9 @@ func (c *Client) setPoolStatus(ctx context.Context, name string, status bustype.
 // bustype.ErrInvalidPool. A to beyond the end of the log (the last sequence
 // handed out, or the horizon when higher) is refused with a
 // *bustype.StartBeyondLogError, which wraps bustype.ErrInvalidPool: the
-// pool would skip the events appended next.
+// pool would skip the events appended next. To wait for the events to be
+// delivered again and learn which became dead letters, use
+// PoolReplayStart and PoolReplayWait.
 func (c *Client) PoolReset(ctx context.Context, name string, to int64) (*bustype.Pool, error) {
 	return pools.Reset(ctx, c.db, name, to)
 }

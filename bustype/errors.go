@@ -37,6 +37,10 @@ var (
 	ErrUndeliverable = errors.New("event still cannot become a job")
 )
 
+// ErrReplayDeadLetters is returned by the wait for a pool's replay (a
+// reset) when some of the events it delivered again became dead letters.
+var ErrReplayDeadLetters = errors.New("replayed events became dead letters")
+
 // StartBeyondLogError is the error for a pool start point (PoolParams.From,
 // a reset's position) above the end of the log: the last sequence handed
 // out, or the horizon when that is higher. A pool there would never get the

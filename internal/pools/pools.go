@@ -326,10 +326,35 @@ func translatePoolErr(err error) error {
 // *bustype.StartBeyondLogError: the pool would skip the events appended
 // next. Jobs already created are left alone.
 func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype.Pool, error) {
+	r, err := ResetReplay(ctx, db, name, to)
+	if err != nil {
+		return nil, err
+	}
+	return r.Pool, nil
+}
+
+// Replay is what a reset starts: the pool delivers the events in (After,
+// Through] again, as jobs whose ids are above JobsAfter.
+type Replay struct {
+	// Pool is the pool as the reset left it.
+	Pool *bustype.Pool
+	// After is the reset point: the replay starts with the event after it.
+	After int64
+	// Through is the horizon when the reset ran: the last event the
+	// replay delivers again. Events above it are new, not replayed.
+	Through int64
+	// JobsAfter is the highest River job id when the reset ran: every job
+	// of the replay has a higher id, which tells its dead letters from
+	// older ones of the same events.
+	JobsAfter int64
+}
+
+// ResetReplay is Reset returning the replay it starts.
+func ResetReplay(ctx context.Context, db database.DB, name string, to int64) (*Replay, error) {
 	if to < 0 {
 		return nil, fmt.Errorf("%w: reset position must be >= 0, got %d", bustype.ErrInvalidPool, to)
 	}
-	var pool *bustype.Pool
+	var replay *Replay
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// Retention waits while the cursor moves back, and the cursor never
 		// goes below where the log begins: 0 (the beginning) is the oldest
@@ -359,13 +384,17 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		if _, err := tx.Exec(ctx, sqlCheckpointReset, name, to); err != nil {
 			return err
 		}
-		pool, err = get(ctx, tx, name, false)
+		replay = &Replay{After: to}
+		if err := tx.QueryRow(ctx, sqlResetReplay).Scan(&replay.Through, &replay.JobsAfter); err != nil {
+			return fmt.Errorf("read where the replay ends: %w", err)
+		}
+		replay.Pool, err = get(ctx, tx, name, false)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reset pool %q: %w", name, err)
 	}
-	return pool, nil
+	return replay, nil
 }
 
 // beyondLogError is the *bustype.StartBeyondLogError for a start point a

@@ -74,6 +74,15 @@ ON CONFLICT (pool) DO UPDATE SET group_floor = EXCLUDED.group_floor, updated_at 
 	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), updated_at = now()
 WHERE name = $1 AND $2 <= ` + sqlLogEnd
 
+	// What a reset starts, read in its transaction after it holds the pool
+	// row: the horizon, up to which the pool delivers the events above the
+	// reset point again, and the highest River job id. Every job of the
+	// replay is inserted by a fan-out batch that locks the pool row after
+	// the reset commits, so its id is above every id handed out before:
+	// it tells the replay's dead letters from older ones of the same
+	// events.
+	sqlResetReplay = `SELECT coalesce((SELECT horizon FROM riverbus_horizon), 0), coalesce((SELECT max(id) FROM river_job), 0)`
+
 	sqlCheckpointReset = `INSERT INTO riverbus_pool_checkpoint (pool, checkpoint_seq) VALUES ($1, $2)
 ON CONFLICT (pool) DO UPDATE SET checkpoint_seq = EXCLUDED.checkpoint_seq, updated_at = now()`
 
