@@ -14,8 +14,8 @@
 // retention under the operator's policy (Config.Retention) and, when
 // Config.Workers is set, River workers for the pools), and Stop ends it.
 // The same Client is the operator API: pools (PoolCreate, PoolGet,
-// PoolList, PoolUpdate, PoolPause, PoolResume, PoolReset, PoolDelete),
-// dead letters (DeadLetterList, DeadLetterGet, DeadLetterRetry,
+// PoolList, PoolUpdate, PoolPause, PoolResume, PoolReset, PoolDelete,
+// EventTypesAbsent), replays (PoolReplayStart, PoolReplayWait), dead letters (DeadLetterList, DeadLetterGet, DeadLetterRetry,
 // DeadLetterRetryPool, DeadLetterPurge, DeadLetterPurgePool), checkpoints
 // (CheckpointGet, CheckpointHolder, CheckpointWait), event retention
 // (RetentionSet, RetentionPolicy, RetentionPlan, RetentionTrim) and a

@@ -14,7 +14,8 @@ import (
 // PoolCreate creates a pool and reports whether it was created. A pool that
 // exists with the same settings is returned as it is; with other settings
 // the error wraps bustype.ErrPoolExists (use PoolUpdate). An invalid setting
-// gives an error wrapping bustype.ErrInvalidPool that names it.
+// gives an error wrapping bustype.ErrInvalidPool that names it; a From
+// beyond the end of the log is a *bustype.StartBeyondLogError.
 func (c *Client) PoolCreate(ctx context.Context, params bustype.PoolParams) (*bustype.Pool, bool, error) {
 	params.Update = false
 	return pools.Create(ctx, c.db, params)
@@ -95,6 +96,14 @@ func (c *Client) PoolUpdate(ctx context.Context, name string, params PoolUpdateP
 	return updated, err
 }
 
+// EventTypesAbsent returns those of types no event in the log has, none
+// appended yet or retention deleted them all, in order: a pool filtered on
+// such a type (a typo, say) receives nothing until one is appended. It costs
+// one index probe per type, whatever the log's size.
+func (c *Client) EventTypesAbsent(ctx context.Context, types []string) ([]string, error) {
+	return pools.EventTypesAbsent(ctx, c.db, types)
+}
+
 // PoolGet returns one pool; an unknown name gives an error wrapping
 // bustype.ErrUnknownPool that lists the pools that exist.
 func (c *Client) PoolGet(ctx context.Context, name string) (*bustype.Pool, error) {
@@ -139,7 +148,12 @@ func (c *Client) setPoolStatus(ctx context.Context, name string, status bustype.
 // already created are left alone. After event retention deleted old
 // events, to 0 means where the log begins (RetentionPolicy.TrimmedThrough),
 // and any other to below it is refused with an error wrapping
-// bustype.ErrInvalidPool.
+// bustype.ErrInvalidPool. A to beyond the end of the log (the last sequence
+// handed out, or the horizon when higher) is refused with a
+// *bustype.StartBeyondLogError, which wraps bustype.ErrInvalidPool: the
+// pool would skip the events appended next. To wait for the events to be
+// delivered again and learn which became dead letters, use
+// PoolReplayStart and PoolReplayWait.
 func (c *Client) PoolReset(ctx context.Context, name string, to int64) (*bustype.Pool, error) {
 	return pools.Reset(ctx, c.db, name, to)
 }

@@ -106,7 +106,15 @@ type StatusPool struct {
 	// finished (as last stored; the Client advances it as it runs).
 	Checkpoint int64 `json:"checkpoint"`
 	// Lag is Horizon − Checkpoint, or 0 when the checkpoint is ahead.
-	Lag                 int64 `json:"lag"`
+	Lag int64 `json:"lag"`
+	// AheadOfLog is how far the pool's position (the highest of its
+	// cursor, checkpoint and start point) is above the end of the log: the
+	// last sequence handed out, or the horizon when higher. 0 normally.
+	// Above it, the events that get the numbers in between will never
+	// reach the pool, and it reports a lag of 0 meanwhile. PoolCreate and
+	// PoolReset refuse such a position; a pool gets there by SQL, or by a
+	// reset made before they did.
+	AheadOfLog          int64 `json:"ahead_of_log"`
 	EventsFannedOut     int64 `json:"events_fanned_out_total"`
 	LateEventsDelivered int64 `json:"late_events_delivered_total"`
 	// Jobs counts the pool's River jobs by state; states without jobs are
@@ -239,6 +247,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		}
 		sp := &StatusPool{Name: p.Name, Status: p.Status, Ordering: ordering, Grouping: p.Grouping, Queue: p.Queue,
 			StartAfter: p.StartAfter, Retry: p.Retry, Cursor: p.Cursor, Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint),
+			AheadOfLog:      max(0, max(p.Cursor, p.Checkpoint, p.StartAfter)-max(h.Horizon, st.LastSequence)),
 			EventsFannedOut: p.EventsFannedOut, LateEventsDelivered: p.LateEventsDelivered, Jobs: map[bustype.JobState]int64{}}
 		holder, err := checkpoints.GetHolder(ctx, tx, p.Name)
 		if err != nil {

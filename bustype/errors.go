@@ -1,6 +1,9 @@
 package bustype
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrUnknownPool is returned for a pool name that does not exist. The
@@ -33,3 +36,44 @@ var (
 	// event first.
 	ErrUndeliverable = errors.New("event still cannot become a job")
 )
+
+// ErrReplayDeadLetters is returned by the wait for a pool's replay (a
+// reset) when some of the events it delivered again became dead letters.
+var ErrReplayDeadLetters = errors.New("replayed events became dead letters")
+
+// StartBeyondLogError is the error for a pool start point (PoolParams.From,
+// a reset's position) above the end of the log: the last sequence handed
+// out, or the horizon when that is higher. A pool there would never get the
+// events that receive the numbers in between. It wraps ErrInvalidPool.
+type StartBeyondLogError struct {
+	// What names the start point: "start sequence", "reset position".
+	What string
+	// Position is the start point refused.
+	Position int64
+	// LastSequence is the last sequence handed out (0: none yet), Horizon
+	// the horizon, when the start point was refused.
+	LastSequence, Horizon int64
+}
+
+// End is where the log ends: the highest start point allowed.
+func (e *StartBeyondLogError) End() int64 { return max(e.LastSequence, e.Horizon) }
+
+func (e *StartBeyondLogError) Error() string {
+	var where, instead string
+	switch {
+	case e.End() == 0:
+		where, instead = "no event appended yet", "give 0 (the beginning)"
+	case e.Horizon > e.LastSequence:
+		where = fmt.Sprintf("horizon %d, above the last sequence handed out %d", e.Horizon, e.LastSequence)
+	default:
+		where = fmt.Sprintf("last sequence handed out %d", e.LastSequence)
+	}
+	if instead == "" {
+		instead = fmt.Sprintf("give %d or less", e.End())
+	}
+	return fmt.Sprintf("%s: %s %d is beyond the end of the log (%s): the next %d events appended would never reach the pool; %s",
+		ErrInvalidPool, e.What, e.Position, where, e.Position-e.End(), instead)
+}
+
+// Unwrap returns ErrInvalidPool.
+func (e *StartBeyondLogError) Unwrap() error { return ErrInvalidPool }

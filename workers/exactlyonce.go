@@ -62,6 +62,16 @@ func CompleteTx[TArgs river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.
 //
 // Only effects in this database and through tx are covered: calls to other
 // systems made by fn can still happen more than once.
+//
+// It guards one job, not one event. A pool reset (`riverbus pool reset`,
+// Client.PoolReset) makes a new job for every event it replays, and a
+// second pool whose handler writes the same table has jobs of its own: fn
+// runs again for each, with the same event. A handler whose write refuses
+// an event it has applied (an INSERT into a table keyed by the event id,
+// say) fails every replayed job, and each becomes a dead letter
+// (`pool reset --wait` lists them). Write per event instead (an upsert
+// keyed by the event id or sequence, or skip an event already applied), or
+// clear what the replay rebuilds before the reset.
 func RunExactlyOnce[TArgs river.JobArgs](ctx context.Context, db DB, job *river.Job[TArgs], fn func(ctx context.Context, tx pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var (

@@ -42,6 +42,11 @@ func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if cmd, err := root.ExecuteContextC(ctx); err != nil {
+		var xerr *exitError
+		if errors.As(err, &xerr) {
+			fmt.Fprintf(stderr, "riverbus: %s\n", safe(err.Error()))
+			return xerr.code
+		}
 		var uerr *usageError
 		if errors.As(err, &uerr) {
 			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", uerr.err, uerr.cmd.UsageString())
@@ -80,6 +85,18 @@ type usageError struct {
 }
 
 func (e *usageError) Error() string { return e.err.Error() }
+
+// exitError ends a command that did what it was asked with an exit code of
+// its own, for an outcome a script must tell from a failure (1) or bad
+// input (2): a replay whose events became dead letters exits
+// exitReplayDeadLetters.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 func (a *app) rootCommand() *cobra.Command {
 	// Read once, before the flags are made: the values read are their

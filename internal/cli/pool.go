@@ -91,6 +91,9 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("types") {
+				a.warnAbsentTypes(cmd.Context(), client, params.EventTypes)
+			}
 			switch {
 			case created:
 				fmt.Fprintf(a.stdout, "created pool %s (queue %s, starts after sequence %d)\n", p.Name, p.Queue, p.StartAfter)
@@ -117,7 +120,7 @@ func (a *app) poolCreateCommand(update bool) *cobra.Command {
 	f.DurationVar(&retry.MaxDelay, "retry-max-delay", 0, fmt.Sprintf("longest delay before a retry, a webhook's Retry-After included, at most %s (default %s)", bustype.RetryMaxDelayMax, bustype.RetryMaxDelayDefault))
 	f.Float64Var(&retry.Jitter, "retry-jitter", 0, fmt.Sprintf("largest random fraction a delay is shortened by, 0 (none) to 1 (default %g)", bustype.RetryJitterDefault))
 	if !update {
-		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning (the oldest event retention kept), now, or a sequence number (delivers events after it)")
+		f.StringVar(&from, "from", "beginning", "where a new pool starts: beginning (the oldest event retention kept), now, or a sequence number (delivers events after it; at most the last sequence handed out)")
 		f.BoolVar(&allowUpdate, "update", false, "change the settings of an existing pool instead of failing")
 	}
 	return cmd
@@ -286,6 +289,11 @@ func (a *app) poolStatusCommand(verb string, status bustype.PoolStatus) *cobra.C
 	}
 }
 
+// exitReplayDeadLetters is the exit code of `pool reset --wait` when
+// replayed events became dead letters: the reset is done, so a script must
+// not run it again as it might after a failure (1).
+const exitReplayDeadLetters = 3
+
 func (a *app) poolResetCommand() *cobra.Command {
 	var (
 		to   string
@@ -296,7 +304,19 @@ func (a *app) poolResetCommand() *cobra.Command {
 		Short: "Fan a pool's history out again from a position (rebuild a projection)",
 		Long: `Moves the pool's cursor back so that every event after SEQ becomes a job again.
 --to 0 re-delivers the whole log (what event retention kept of it; a SEQ
-below where the log begins is refused). Jobs already created are left alone.`,
+below where the log begins is refused). A SEQ beyond the end of the log (the
+last sequence handed out) is refused too: the pool would skip the events
+appended next. Jobs already created are left alone.
+
+Each event replayed is a new job: a handler that refuses an event it has
+applied before (workers.RunExactlyOnce guards one job, not one event) turns
+the replay into dead letters. --wait waits until every replayed event is
+finished, then lists the dead letters the replay made.
+
+Exit status: 0 reset (and with --wait, replayed without a dead letter);
+1 the reset or the wait failed; 2 bad input, such as a SEQ beyond the end of
+the log; 3 with --wait, replayed events became dead letters (listed; see
+riverbus dlq list --pool NAME).`,
 		Example: `  riverbus pool reset projections --to 0 --wait`,
 		Args:    exactArgs(1, "a pool name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -309,19 +329,19 @@ below where the log begins is refused). Jobs already created are left alone.`,
 				return err
 			}
 			defer done()
-			p, err := client.PoolReset(cmd.Context(), args[0], seq)
+			replay, err := client.PoolReplayStart(cmd.Context(), args[0], seq)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "pool %s reset: events after %d will be fanned out again\n", p.Name, p.Cursor)
+			fmt.Fprintf(a.stdout, "pool %s reset: events after %d will be fanned out again\n", replay.Pool.Name, replay.Pool.Cursor)
 			if wait {
-				return a.waitCaughtUp(cmd.Context(), client, p.Name)
+				return a.waitReplay(cmd.Context(), client, replay)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "sequence to restart after (0: the beginning)")
-	cmd.Flags().BoolVar(&wait, "wait", false, "show a progress bar until the pool has caught up (needs a fan-out and workers running)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "show a progress bar until every replayed event is finished, then list the dead letters the replay made (exit 3 if any; needs a fan-out and workers running)")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
@@ -368,37 +388,74 @@ func orderingLabel(p *bustype.Pool) string {
 	return string(p.Ordering) + "/" + string(p.OnDeadLetter)
 }
 
-// waitCaughtUp draws the pool's progress until every event up to the
-// horizon seen at the start is finished, or ctx ends.
-func (a *app) waitCaughtUp(ctx context.Context, client *riverbus.Client, pool string) error {
-	cp, err := client.CheckpointGet(ctx, pool)
-	if err != nil {
+// waitReplay draws the replay's progress until every event up to the
+// horizon at the reset is finished, or ctx ends, and reports the dead
+// letters it made: they end the command with exitReplayDeadLetters.
+func (a *app) waitReplay(ctx context.Context, client *riverbus.Client, replay *riverbus.PoolReplay) error {
+	started := time.Now()
+	var first *riverbus.PoolReplayResult
+	res, err := client.PoolReplayWait(ctx, replay, &riverbus.PoolReplayWaitOpts{
+		PollInterval: time.Second,
+		ProgressFunc: func(r riverbus.PoolReplayResult) {
+			if first == nil {
+				first = &r
+			}
+			perMinute := int64(0)
+			if elapsed := time.Since(started); elapsed >= time.Second {
+				perMinute = int64(float64(r.Checkpoint-first.Checkpoint) / elapsed.Minutes())
+			}
+			line := progressBar(r.Checkpoint-r.After, r.Through-r.After, perMinute)
+			if r.DeadLetterCount > 0 {
+				line += fmt.Sprintf("  dead letters %d", r.DeadLetterCount)
+			}
+			fmt.Fprintf(a.stdout, "\r%s\033[K", line)
+		},
+	})
+	switch {
+	case res != nil && res.DeadLetterCount > 0:
+		// Also when ctx ended first (Ctrl-C): the dead letters so far.
+		return a.replayDeadLetters(res)
+	case ctx.Err() != nil:
+		fmt.Fprintln(a.stdout)
+		return nil
+	case err != nil:
 		return err
 	}
-	target := cp.Horizon
-	for {
-		st, err := client.Status(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		for _, p := range st.Pools {
-			if p.Name != pool {
-				continue
-			}
-			if p.Checkpoint >= target {
-				fmt.Fprintf(a.stdout, "\rpool %s caught up: checkpoint %d\033[K\n", pool, p.Checkpoint)
-				return nil
-			}
-			fmt.Fprintf(a.stdout, "\r%s\033[K", progressBar(p.Checkpoint-p.StartAfter, target-p.StartAfter, p.CompletedLastMinute))
-		}
-		select {
-		case <-ctx.Done():
-			fmt.Fprintln(a.stdout)
-			return nil
-		case <-time.After(time.Second):
-		}
+	fmt.Fprintf(a.stdout, "\rpool %s caught up: checkpoint %d\033[K\n", res.Pool, res.Checkpoint)
+	return nil
+}
+
+// replayDeadLetters lists the dead letters a replay made and returns the
+// error that exits with exitReplayDeadLetters.
+func (a *app) replayDeadLetters(r *riverbus.PoolReplayResult) error {
+	state := "replayed"
+	if !r.Done() {
+		state = "replaying"
+	}
+	fmt.Fprintf(a.stdout, "\rpool %s %s events after %d through %d: checkpoint %d; %d of the replayed events became dead letters:\033[K\n",
+		r.Pool, state, r.After, r.Through, r.Checkpoint, r.DeadLetterCount)
+	for _, d := range r.DeadLetters {
+		fmt.Fprintf(a.stdout, "  job %d, event %d (%s), attempt %d/%d: %s\n", d.JobID, d.GlobalSequence, safe(d.EventType),
+			d.Attempt, d.MaxAttempts, truncate(d.LastError, 200))
+	}
+	if more := r.DeadLetterCount - int64(len(r.DeadLetters)); more > 0 {
+		fmt.Fprintf(a.stdout, "  and %d more\n", more)
+	}
+	return &exitError{code: exitReplayDeadLetters, err: fmt.Errorf(
+		"pool %s: %d replayed event(s) became dead letters: `riverbus dlq list --pool %s` lists them; once the handler takes them, `riverbus dlq retry --pool %s --all`",
+		r.Pool, r.DeadLetterCount, r.Pool, r.Pool)}
+}
+
+// warnAbsentTypes warns, on stderr, about each of types no event in the log
+// has: most likely a typo, and the pool would wait for it forever. The pool
+// is made all the same; a failed check is a warning too.
+func (a *app) warnAbsentTypes(ctx context.Context, client *riverbus.Client, types []string) {
+	absent, err := client.EventTypesAbsent(ctx, types)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "warning: could not check that events of the types given exist: %s\n", safe(err.Error()))
+		return
+	}
+	for _, typ := range absent {
+		fmt.Fprintf(a.stderr, "warning: no event of type %q is in the log yet: check the spelling; the pool receives only the types --types names\n", typ)
 	}
 }

@@ -69,6 +69,28 @@ func holderLine(p *riverbus.StatusPool) string {
 	return line
 }
 
+// aheadLine explains a pool whose position is above the end of the log, or
+// is "" for a pool that is not.
+func aheadLine(r *riverbus.Status, p *riverbus.StatusPool) string {
+	if p.AheadOfLog <= 0 {
+		return ""
+	}
+	what, pos := "cursor", p.Cursor
+	if p.Checkpoint > pos {
+		what, pos = "checkpoint", p.Checkpoint
+	}
+	if p.StartAfter > pos {
+		what, pos = "start point", p.StartAfter
+	}
+	end := fmt.Sprintf("the last sequence handed out (%d)", r.LastSequence)
+	if r.Horizon > r.LastSequence {
+		end = fmt.Sprintf("the horizon (%d)", r.Horizon)
+	}
+	return fmt.Sprintf("%s: AHEAD OF THE LOG: %s %d is above %s: the events that get the next %d numbers will never reach it "+
+		"(its lag reads 0). Reset it to the last event it handled: riverbus pool reset %s --to SEQ, SEQ at most %d",
+		p.Name, what, pos, end, p.AheadOfLog, p.Name, max(r.Horizon, r.LastSequence))
+}
+
 // heldSummary is the short form of holderLine for the one-line summary.
 // It leaves out a holder that has stood for less than summaryHeldMin (a
 // pool whose handler fails now and then and retries within seconds is not
@@ -103,6 +125,9 @@ func oneLine(r *riverbus.Status) string {
 		fmt.Fprintf(&b, " | %s lag %d done %d", p.Name, p.Lag, done)
 		if p.DeadLetters > 0 {
 			fmt.Fprintf(&b, " dead %d", p.DeadLetters)
+		}
+		if p.AheadOfLog > 0 {
+			fmt.Fprintf(&b, " AHEAD OF THE LOG by %d", p.AheadOfLog)
 		}
 		b.WriteString(heldSummary(p))
 		if p.Status != bustype.PoolActive {
@@ -146,6 +171,9 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 		return err
 	}
 	for _, p := range r.Pools {
+		if line := aheadLine(r, p); line != "" {
+			fmt.Fprintln(w, line)
+		}
 		if line := holderLine(p); line != "" {
 			fmt.Fprintln(w, line)
 		} else if line := progress(r, p, prev); line != "" {

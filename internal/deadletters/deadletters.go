@@ -29,34 +29,59 @@ func List(ctx context.Context, db database.DB, params bustype.DeadLetterListPara
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (bustype.DeadLetter, error) {
-		var (
-			d        bustype.DeadLetter
-			seq      *int64
-			errsJSON []byte
-			state    *string
-		)
-		err := row.Scan(&d.JobID, &d.Pool, &d.Queue, &seq, &d.EventType, &d.EventKey, &d.Late,
-			&d.Attempt, &d.MaxAttempts, &d.Priority, &d.LastError, &errsJSON, &d.DiscardedAt, &state, &d.Args)
-		if err != nil {
-			return d, err
-		}
-		if seq != nil {
-			d.GlobalSequence = *seq
-		}
-		if state != nil {
-			d.JobExists = true
-			d.JobState = bustype.JobState(*state)
-		}
-		// errors is whatever River stored; an unexpected shape leaves Errors
-		// empty rather than failing the list.
-		_ = json.Unmarshal(errsJSON, &d.Errors)
-		return d, nil
-	})
+	out, err := pgx.CollectRows(rows, scanDeadLetter)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
 	return out, nil
+}
+
+func scanDeadLetter(row pgx.CollectableRow) (bustype.DeadLetter, error) {
+	var (
+		d        bustype.DeadLetter
+		seq      *int64
+		errsJSON []byte
+		state    *string
+	)
+	err := row.Scan(&d.JobID, &d.Pool, &d.Queue, &seq, &d.EventType, &d.EventKey, &d.Late,
+		&d.Attempt, &d.MaxAttempts, &d.Priority, &d.LastError, &errsJSON, &d.DiscardedAt, &state, &d.Args)
+	if err != nil {
+		return d, err
+	}
+	if seq != nil {
+		d.GlobalSequence = *seq
+	}
+	if state != nil {
+		d.JobExists = true
+		d.JobState = bustype.JobState(*state)
+	}
+	// errors is whatever River stored; an unexpected shape leaves Errors
+	// empty rather than failing the list.
+	_ = json.Unmarshal(errsJSON, &d.Errors)
+	return d, nil
+}
+
+// OfReplay returns how many dead letters the replay of pool that a reset
+// started has made so far (those with a job id above jobsAfter for events in
+// (after, through], see pools.Replay) and the first limit of them, by
+// sequence.
+func OfReplay(ctx context.Context, db database.DB, pool string, jobsAfter, after, through int64, limit int) (int64, []bustype.DeadLetter, error) {
+	var n int64
+	if err := db.QueryRow(ctx, sqlDeadLetterReplayCount, pool, jobsAfter, after, through).Scan(&n); err != nil {
+		return 0, nil, fmt.Errorf("count the replay's dead letters: %w", err)
+	}
+	if n == 0 || limit <= 0 {
+		return n, nil, nil
+	}
+	rows, err := db.Query(ctx, sqlDeadLetterReplay, pool, jobsAfter, after, through, limit)
+	if err != nil {
+		return 0, nil, fmt.Errorf("list the replay's dead letters: %w", err)
+	}
+	dls, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return 0, nil, fmt.Errorf("list the replay's dead letters: %w", err)
+	}
+	return n, dls, nil
 }
 
 // Get returns the dead letter of job jobID. A job id that is not a dead

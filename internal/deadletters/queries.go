@@ -2,20 +2,37 @@ package deadletters
 
 import "github.com/riverbus/riverbus/internal/riversql"
 
-const (
-	// sqlDeadLetterList lists dead letters, with the state of their river_job
-	// row when it still exists. $1: pool ('' for all), $2: after job id, $3:
-	// limit.
-	sqlDeadLetterList = `SELECT d.job_id, d.pool, d.queue, d.global_sequence,
+// sqlDeadLetterSelect reads dead letters with the state of their river_job
+// row when it still exists, in the columns scanDeadLetter reads.
+const sqlDeadLetterSelect = `SELECT d.job_id, d.pool, d.queue, d.global_sequence,
 	coalesce(d.args->>'type', ''), coalesce(d.args->>'key', ''), coalesce(d.args->'late' = 'true'::jsonb, false),
 	d.attempt, d.max_attempts, d.priority,
 	coalesce(d.errors->-1->>'error', ''), d.errors, d.discarded_at,
 	j.state::text, d.args
 FROM riverbus_dead_letter d
-LEFT JOIN river_job j ON j.id = d.job_id
+LEFT JOIN river_job j ON j.id = d.job_id`
+
+const (
+	// sqlDeadLetterList lists dead letters, with the state of their river_job
+	// row when it still exists. $1: pool ('' for all), $2: after job id, $3:
+	// limit.
+	sqlDeadLetterList = sqlDeadLetterSelect + `
 WHERE ($1 = '' OR d.pool = $1) AND d.job_id > $2
 ORDER BY d.job_id
 LIMIT $3`
+
+	// sqlDeadLetterReplay lists the dead letters of a replay (see
+	// pools.Replay) as sqlDeadLetterList does, by sequence: those of pool
+	// $1 with a job id above $2 for events in ($3, $4]. $5: limit.
+	// sqlDeadLetterReplayCount counts them all. Both read the index on
+	// (pool, global_sequence, job_id).
+	sqlDeadLetterReplay = sqlDeadLetterSelect + `
+WHERE d.pool = $1 AND d.job_id > $2 AND d.global_sequence > $3 AND d.global_sequence <= $4
+ORDER BY d.global_sequence, d.job_id
+LIMIT $5`
+
+	sqlDeadLetterReplayCount = `SELECT count(*) FROM riverbus_dead_letter
+WHERE pool = $1 AND job_id > $2 AND global_sequence > $3 AND global_sequence <= $4`
 
 	// Retry and purge lock river_job rows before riverbus_dead_letter rows,
 	// the order of every trigger that writes a dead letter while River

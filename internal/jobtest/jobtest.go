@@ -38,6 +38,34 @@ type poolJobArgs struct {
 
 func (a poolJobArgs) Kind() string { return a.pool }
 
+// PoolArgs are the args of pool's jobs, for binding a handler to a pool
+// chosen at run time (riverbus.AddWorkerArgsSafely).
+func PoolArgs(pool string) poolJobArgs { return poolJobArgs{pool: pool} }
+
+// EventOnce is a handler for any pool that records each event in table
+// event_once (CreateEventOnceTable), keyed by its event id, inside
+// workers.RunExactlyOnce: a retry of its job is applied once, but another
+// job for the same event, as a replay makes, fails on the table's key, as a
+// projection with a unique key of its own does.
+type EventOnce struct {
+	river.WorkerDefaults[poolJobArgs]
+	DB *pgxpool.Pool
+}
+
+func (w *EventOnce) Work(ctx context.Context, job *river.Job[poolJobArgs]) error {
+	return workers.RunExactlyOnce(ctx, w.DB, job, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO event_once (event_id) VALUES ($1)`, job.Args.EventID)
+		return err
+	})
+}
+
+// CreateEventOnceTable creates EventOnce's table.
+func CreateEventOnceTable(t testing.TB, db *pgxpool.Pool) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `CREATE TABLE event_once (event_id uuid PRIMARY KEY)`)
+	require.NoError(t, err)
+}
+
 // CreatePool inserts a pool row with its cursor at 0 and no filter.
 func CreatePool(t testing.TB, db *pgxpool.Pool, name, queue string, maxAttempts int) {
 	t.Helper()

@@ -21,6 +21,7 @@
 //	riverbus_pool_dead_letters                dead letters kept in riverbus_dead_letter
 //	riverbus_pool_undeliverable_dead_letters  of those, events the fan-out could not turn into jobs
 //	riverbus_pool_paused                      1 when the pool's fan-out is paused
+//	riverbus_pool_ahead_of_log                how far its cursor, checkpoint or start is above the end of the log (0 normally)
 //	riverbus_pool_checkpoint_held_seconds     how long the checkpoint has stood still behind its oldest unfinished job (0: none)
 //	riverbus_pool_checkpoint_holder_attempts  attempts so far of that job (0: none); above 1, it is being retried
 //

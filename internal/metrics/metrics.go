@@ -60,6 +60,7 @@ var (
 	descPoolDead       = newDesc("pool_dead_letters", "Dead letters of the pool: discarded jobs kept until retried or purged.", "pool")
 	descPoolUndeliv    = newDesc("pool_undeliverable_dead_letters", "Dead letters of the pool made of events the fan-out could not turn into jobs (too deep or too big), of pool_dead_letters.", "pool")
 	descPoolPaused     = newDesc("pool_paused", "1 when the pool's fan-out is paused.", "pool")
+	descPoolAhead      = newDesc("pool_ahead_of_log", "How far the pool's cursor, checkpoint or start point is above the end of the log (the last sequence handed out, or the horizon when higher); 0 normally. Above 0, the events that get the numbers in between will never reach the pool.", "pool")
 	descPoolHeld       = newDesc("pool_checkpoint_held_seconds", "How long the pool's checkpoint has stood still behind its oldest unfinished job; 0 when it has none.", "pool")
 	descPoolHolderTry  = newDesc("pool_checkpoint_holder_attempts", "Attempts so far of the oldest unfinished job, which holds the pool's checkpoint; 0 when it has none.", "pool")
 
@@ -67,7 +68,7 @@ var (
 		descUp, descScrapeDuration, descStateReads,
 		descHorizon, descHorizonAge, descLastSequence, descLastCommitted, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents, descHorizonProblem,
 		descRetentionTrimmed, descRetentionEvents, descRetentionEnabled, descRetentionKeep, descOldestEventAge,
-		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolUndeliv, descPoolPaused,
+		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolUndeliv, descPoolPaused, descPoolAhead,
 		descPoolHeld, descPoolHolderTry,
 	}
 )
@@ -192,6 +193,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		emit(ch, descPoolPaused, prometheus.GaugeValue, paused, p.Name)
+		emit(ch, descPoolAhead, prometheus.GaugeValue, float64(p.AheadOfLog), p.Name)
 		held, attempts := 0.0, 0
 		if p.Holder != nil {
 			held, attempts = p.Holder.HeldSeconds, p.Holder.Attempt

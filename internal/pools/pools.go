@@ -140,7 +140,12 @@ func Create(ctx context.Context, db database.DB, params bustype.PoolParams) (*bu
 			}
 			return nil
 		}
+		// Nothing inserted: the pool exists (its start point never
+		// changes here), or the start point is beyond the end of the log.
 		existing, err := get(ctx, tx, params.Name, true)
+		if errors.Is(err, bustype.ErrUnknownPool) {
+			return beyondLogError(ctx, tx, "start sequence", startAfter)
+		}
 		if err != nil {
 			return err
 		}
@@ -316,12 +321,40 @@ func translatePoolErr(err error) error {
 // its checkpoint to the same place. It waits for a fan-out batch of the pool
 // in flight to finish, and for a retention batch in flight (DESIGN.md §8):
 // to 0 is where the log begins after retention, and a to below that is an
-// bustype.ErrInvalidPool error. Jobs already created are left alone.
+// bustype.ErrInvalidPool error. A to beyond the end of the log (the last
+// sequence handed out, or the horizon when higher) is a
+// *bustype.StartBeyondLogError: the pool would skip the events appended
+// next. Jobs already created are left alone.
 func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype.Pool, error) {
+	r, err := ResetReplay(ctx, db, name, to)
+	if err != nil {
+		return nil, err
+	}
+	return r.Pool, nil
+}
+
+// Replay is what a reset starts: the pool delivers the events in (After,
+// Through] again, as jobs whose ids are above JobsAfter.
+type Replay struct {
+	// Pool is the pool as the reset left it.
+	Pool *bustype.Pool
+	// After is the reset point: the replay starts with the event after it.
+	After int64
+	// Through is the horizon when the reset ran: the last event the
+	// replay delivers again. Events above it are new, not replayed.
+	Through int64
+	// JobsAfter is the highest River job id when the reset ran: every job
+	// of the replay has a higher id, which tells its dead letters from
+	// older ones of the same events.
+	JobsAfter int64
+}
+
+// ResetReplay is Reset returning the replay it starts.
+func ResetReplay(ctx context.Context, db database.DB, name string, to int64) (*Replay, error) {
 	if to < 0 {
 		return nil, fmt.Errorf("%w: reset position must be >= 0, got %d", bustype.ErrInvalidPool, to)
 	}
-	var pool *bustype.Pool
+	var replay *Replay
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// Retention waits while the cursor moves back, and the cursor never
 		// goes below where the log begins: 0 (the beginning) is the oldest
@@ -338,8 +371,12 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		if _, err := get(ctx, tx, name, true); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, sqlPoolReset, name, to); err != nil {
+		tag, err := tx.Exec(ctx, sqlPoolReset, name, to)
+		if err != nil {
 			return err
+		}
+		if tag.RowsAffected() == 0 { // the row is locked: only the end of the log refuses
+			return beyondLogError(ctx, tx, "reset position", to)
 		}
 		if _, err := tx.Exec(ctx, sqlPoolStartSet, name, to); err != nil {
 			return err
@@ -347,13 +384,45 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		if _, err := tx.Exec(ctx, sqlCheckpointReset, name, to); err != nil {
 			return err
 		}
-		pool, err = get(ctx, tx, name, false)
+		replay = &Replay{After: to}
+		if err := tx.QueryRow(ctx, sqlResetReplay).Scan(&replay.Through, &replay.JobsAfter); err != nil {
+			return fmt.Errorf("read where the replay ends: %w", err)
+		}
+		replay.Pool, err = get(ctx, tx, name, false)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reset pool %q: %w", name, err)
 	}
-	return pool, nil
+	return replay, nil
+}
+
+// beyondLogError is the *bustype.StartBeyondLogError for a start point a
+// statement refused, saying where the log ends.
+func beyondLogError(ctx context.Context, tx pgx.Tx, what string, position int64) error {
+	e := &bustype.StartBeyondLogError{What: what, Position: position}
+	if err := tx.QueryRow(ctx, sqlLogEndParts).Scan(&e.LastSequence, &e.Horizon); err != nil {
+		return fmt.Errorf("read where the log ends: %w", err)
+	}
+	return e
+}
+
+// EventTypesAbsent returns those of types no event in the log has (none
+// appended yet, or retention deleted them all), in order: a pool filtered
+// on such a type is most likely a typo. One index probe per type.
+func EventTypesAbsent(ctx context.Context, db database.DB, types []string) ([]string, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, sqlEventTypesAbsent, types)
+	if err != nil {
+		return nil, fmt.Errorf("look up event types: %w", err)
+	}
+	absent, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look up event types: %w", err)
+	}
+	return absent, nil
 }
 
 // Delete deletes a pool. With unfinished jobs (available, scheduled,

@@ -10,9 +10,38 @@ const poolColumns = `name, queue, event_types, tags, max_attempts, priority, sta
 const (
 	sqlLastSequence = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence`
 
+	// The end of the log: the last sequence handed out, or the horizon
+	// when a setval backwards left the sequence below it (a problem the
+	// horizon reports). A pool may start anywhere up to it: every number
+	// at or below it was handed out already, so the pool skips only
+	// events that exist or are in flight (as --from now does). Above it, a
+	// pool would skip the events that get the numbers in between, which
+	// nothing reports. The end only rises as events are appended, so a
+	// start point found at or below it stays there.
+	sqlLogEnd = `greatest((SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM riverbus_event_global_sequence),
+	(SELECT horizon FROM riverbus_horizon))`
+
+	// sqlLogEndParts reads what sqlLogEnd is made of, for the error that
+	// says where the log ends.
+	sqlLogEndParts = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END, coalesce((SELECT horizon FROM riverbus_horizon), 0)
+FROM riverbus_event_global_sequence`
+
+	// sqlEventTypesAbsent returns those of the types $1 no event in the log
+	// has: one probe of riverbus_event_type_sequence per type, whatever the
+	// log's size.
+	sqlEventTypesAbsent = `SELECT t FROM unnest($1::text[]) AS t
+WHERE NOT EXISTS (SELECT 1 FROM riverbus_event e WHERE e.type = t)
+ORDER BY t`
+
+	// The start point ($7) must not be beyond the end of the log (see
+	// sqlLogEnd): the insert checks it itself, so a pool is never created
+	// above it whatever the caller checked first. Params are cast because
+	// the SELECT, unlike VALUES, does not take the columns' types.
 	sqlPoolInsert = `INSERT INTO riverbus_pool (name, queue, event_types, tags, max_attempts, priority, start_after, cursor_seq,
 	ordering, on_dead_letter, grouping, retry_base, retry_factor, retry_max_delay, retry_jitter)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11, $12, $13, $14)
+SELECT $1::text, $2::text, $3::text[], $4::text[], $5::smallint, $6::smallint, $7::bigint, $7::bigint, $8::text, $9::text, $10::text,
+	$11::interval, $12::float8, $13::interval, $14::float8
+WHERE $7::bigint <= ` + sqlLogEnd + `
 ON CONFLICT (name) DO NOTHING
 RETURNING ` + poolColumns
 
@@ -40,7 +69,19 @@ ON CONFLICT (pool) DO UPDATE SET group_floor = EXCLUDED.group_floor, updated_at 
 
 	sqlPoolsSharingQueue = `SELECT count(*) FROM riverbus_pool WHERE queue = $1 AND name <> $2`
 
-	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), updated_at = now() WHERE name = $1`
+	// A reset beyond the end of the log changes nothing (see sqlLogEnd);
+	// the statement that moves the cursor checks it.
+	sqlPoolReset = `UPDATE riverbus_pool SET cursor_seq = $2, start_after = LEAST(start_after, $2), updated_at = now()
+WHERE name = $1 AND $2 <= ` + sqlLogEnd
+
+	// What a reset starts, read in its transaction after it holds the pool
+	// row: the horizon, up to which the pool delivers the events above the
+	// reset point again, and the highest River job id. Every job of the
+	// replay is inserted by a fan-out batch that locks the pool row after
+	// the reset commits, so its id is above every id handed out before:
+	// it tells the replay's dead letters from older ones of the same
+	// events.
+	sqlResetReplay = `SELECT coalesce((SELECT horizon FROM riverbus_horizon), 0), coalesce((SELECT max(id) FROM river_job), 0)`
 
 	sqlCheckpointReset = `INSERT INTO riverbus_pool_checkpoint (pool, checkpoint_seq) VALUES ($1, $2)
 ON CONFLICT (pool) DO UPDATE SET checkpoint_seq = EXCLUDED.checkpoint_seq, updated_at = now()`
