@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -128,4 +129,74 @@ func TestForgedJobsAreRefused(t *testing.T) {
 		require.JSONEq(t, logEnvelope(t, b.db, ev), string(d.Body))
 	}
 	require.Equal(t, real2.EventID.String(), got[1].Header.Get("Webhook-Id"))
+}
+
+// A transaction-grouped pool's job is delivered as the log holds each of
+// its events; a group job naming an event of another transaction is
+// refused.
+func TestGroupDeliveredAsTheLogHoldsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	secret := []byte("group-secret-0123456789abcdef012")
+	rcv := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	b := setupWith(t, setupOpts{
+		Pool:        bustype.PoolParams{Grouping: bustype.GroupTransaction},
+		Webhook:     webhook.Config{URL: rcv.URL, Secret: secret},
+		WorkerLogin: true,
+	})
+	tx, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	var seqs []int64
+	for i := range 3 {
+		var seq int64
+		require.NoError(t, tx.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('order.line', 'order-1', jsonb_build_object('line', $1::int))
+			RETURNING global_sequence`, i).Scan(&seq))
+		seqs = append(seqs, seq)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	other, _ := b.appendEvent(t, "order.other", "order-2", `{"other": true}`)
+
+	var jobID int64
+	var args string
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		_, err := b.fanout.Pass(ctx)
+		require.NoError(t, err)
+		return b.db.QueryRow(ctx, `SELECT id, args::text FROM river_job WHERE kind = $1 AND (args->>'global_sequence')::bigint = $2`,
+			pool, seqs[0]).Scan(&jobID, &args) == nil
+	}, "the group's job")
+	waitJobState(t, b.db, jobID, rivertype.JobStateCompleted)
+
+	var group bustype.GroupJob
+	var d delivery
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		for _, got := range rcv.deliveries() {
+			if got.Header.Get("X-Riverbus-Sequence") == strconv.FormatInt(seqs[0], 10) {
+				d = got
+				return true
+			}
+		}
+		return false
+	}, "the group's delivery")
+	require.NoError(t, webhook.Verify(secret, d.Header, d.Body, 0))
+	require.NoError(t, json.Unmarshal(d.Body, &group))
+	require.Len(t, group.Events, 3)
+	require.Equal(t, group.Events[0].EventID.String(), d.Header.Get("Webhook-Id"))
+	var raw struct{ Events []json.RawMessage }
+	require.NoError(t, json.Unmarshal(d.Body, &raw))
+	for i, ev := range raw.Events {
+		require.Equal(t, logEnvelope(t, b.db, seqs[i]), string(ev))
+	}
+
+	// The same group with its last event swapped for another transaction's.
+	var forged map[string]any
+	require.NoError(t, json.Unmarshal([]byte(args), &forged))
+	var otherEnv any
+	require.NoError(t, json.Unmarshal([]byte(logEnvelope(t, b.db, other.GlobalSequence)), &otherEnv))
+	forged["events"].([]any)[2] = otherEnv
+	forgedArgs, err := json.Marshal(forged)
+	require.NoError(t, err)
+	id := forgeJob(t, pgtest.Login(t, b.db, "riverbus_worker"), bustype.DefaultQueue(pool), string(forgedArgs))
+	job := waitJobState(t, b.db, id, rivertype.JobStateDiscarded)
+	require.Len(t, job.Errors, 1)
+	require.Contains(t, job.Errors[0], "is not of transaction "+group.TransactionID)
 }
