@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/redact"
 	"github.com/riverbus/riverbus/internal/riversql"
 )
 
@@ -51,6 +52,12 @@ func List(ctx context.Context, db database.DB, params bustype.DeadLetterListPara
 		// errors is whatever River stored; an unexpected shape leaves Errors
 		// empty rather than failing the list.
 		_ = json.Unmarshal(errsJSON, &d.Errors)
+		// A handler's error may quote a URL with credentials (Go's
+		// *url.Error does); webhooks mask theirs, others may not.
+		d.LastError = redact.Text(d.LastError)
+		for i := range d.Errors {
+			d.Errors[i].Error = redact.Text(d.Errors[i].Error)
+		}
 		return d, nil
 	})
 	if err != nil {

@@ -133,3 +133,25 @@ func Credentials(raw string) []string {
 	}
 	return out
 }
+
+// Error returns err with its text passed through mask (Text, say), for an
+// error that is about to be stored or shown; nil for nil, and err itself
+// when mask changes nothing. errors.Is and errors.As see err.
+func Error(err error, mask func(string) string) error {
+	if err == nil {
+		return nil
+	}
+	text := mask(err.Error())
+	if text == err.Error() {
+		return err
+	}
+	return &maskedError{text: text, err: err}
+}
+
+type maskedError struct {
+	text string
+	err  error
+}
+
+func (e *maskedError) Error() string { return e.text }
+func (e *maskedError) Unwrap() error { return e.err }

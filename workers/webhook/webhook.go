@@ -221,29 +221,14 @@ func newWorker(cfg Config) (*worker, error) {
 // webhook's URL in goes through it.
 func Redact(raw string) string { return redact.URL(raw) }
 
-// shownError is an error of a delivery as it may be shown: its text with
-// the URL's credentials masked (River stores the text in the job's errors,
-// which River UI and `riverbus status` show). errors.Is and errors.As see
-// the error below, a *StatusError or context.Canceled say.
-type shownError struct {
-	text string
-	err  error
-}
-
-func (e *shownError) Error() string { return e.text }
-func (e *shownError) Unwrap() error { return e.err }
-
 // hide masks the URL's credentials in s: inside any URL it quotes, and
 // anywhere else (a receiver's error page may echo the request).
 func (w *worker) hide(s string) string { return redact.Values(redact.Text(s), w.hidden) }
 
-// shown returns err as it may be shown, nil for nil.
-func (w *worker) shown(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &shownError{text: w.hide(err.Error()), err: err}
-}
+// shown returns err as it may be shown: River stores its text in the
+// job's errors, which River UI and `riverbus status` show. errors.Is and
+// errors.As see err (a *StatusError, context.Canceled).
+func (w *worker) shown(err error) error { return redact.Error(err, w.hide) }
 
 // Work delivers the event (or transaction group) the job names as
 // riverbus_event holds it, after checking that the job is one the fan-out
@@ -257,7 +242,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[poolArgs]) (err error)
 		// A panic's value may quote the URL too; River would store it as
 		// it is, with a stack trace.
 		if r := recover(); r != nil {
-			err = &shownError{text: w.hide(fmt.Sprintf("webhook worker panicked: %v", r))}
+			err = w.shown(fmt.Errorf("webhook worker panicked: %v", r))
 			w.logger.ErrorContext(ctx, "webhook worker panicked", append(attrs, "error", err, "stack", w.hide(string(debug.Stack())))...)
 		}
 	}()
