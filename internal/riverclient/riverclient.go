@@ -2,9 +2,10 @@
 // workers from a workers.Config: riverbus's defaults (workers.Config
 // documents each and why), the queues a riverbus.Client derives from its
 // pools, the lane hand-off middleware ordered pools need, the retry
-// policy that follows each pool's retry schedule (internal/retry), and,
-// with a tracer provider, River's otelriver middleware continuing each
-// event's trace (internal/tracing).
+// policy that follows each pool's retry schedule (internal/retry), the
+// middleware that masks the credentials of URLs in job errors
+// (internal/redact), and, with a tracer provider, River's otelriver
+// middleware continuing each event's trace (internal/tracing).
 package riverclient
 
 import (
