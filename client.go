@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/engine"
@@ -117,7 +116,7 @@ func (c *Client) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
-		if rc, err = river.NewClient(riverpgxv5.New(c.db), rcfg); err != nil {
+		if rc, err = river.NewClient(riverclient.NewDriver(c.db, c.logger), rcfg); err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
 	}

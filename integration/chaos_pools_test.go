@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
@@ -80,7 +79,7 @@ func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaos
 		// completion: such a job is rescued after this.
 		Config: workers.Config{JobTimeout: 10 * time.Second, RescueStuckJobsAfter: 15 * time.Second, Logger: slog.New(slog.DiscardHandler)}})
 	require.NoError(t, err)
-	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
@@ -159,7 +158,7 @@ func setupOrdered(t *testing.T, params bustype.PoolParams, maxWorkers int, rec *
 	river.AddWorker(ws, rec)
 	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue(orderedPoolName): maxWorkers}, Workers: ws, Config: workers.Config{Logger: discardLogger()}})
 	require.NoError(t, err)
-	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

@@ -19,13 +19,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/internal/ui"
 )
@@ -87,7 +87,7 @@ func uiActions(t *testing.T, db *pgxpool.Pool) jobActions {
 // clientActions use an insert-only River client, as an application would.
 func clientActions(t *testing.T, db *pgxpool.Pool) jobActions {
 	t.Helper()
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: discardLogger()})
+	client, err := river.NewClient(riverclient.NewDriver(db, discardLogger()), &river.Config{Logger: discardLogger()})
 	require.NoError(t, err)
 	ctx := t.Context()
 	return jobActions{

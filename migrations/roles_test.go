@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -429,7 +428,7 @@ func TestWorkerRole(t *testing.T) {
 	river.AddWorker(ws, &billingWorker{})
 	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue("billing"): 3}, Workers: ws, Config: workers.Config{Logger: logger}})
 	require.NoError(t, err)
-	client, err := river.NewClient(riverpgxv5.New(worker), cfg)
+	client, err := river.NewClient(riverclient.NewDriver(worker, cfg.Logger), cfg)
 	require.NoError(t, err)
 	finished, cancelSubscription := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
 	defer cancelSubscription()

@@ -35,7 +35,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/internal/riverclient"
@@ -176,7 +175,7 @@ func run(ctx context.Context, concurrency int) error {
 	}
 	cfg.RescueStuckJobsAfter = 6 * time.Second
 	cfg.ID = "testworker-" + workerID
-	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
 	if err != nil {
 		return err
 	}

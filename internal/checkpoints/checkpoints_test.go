@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
@@ -178,7 +177,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	defer fanout.Rollback(ctx) //nolint:errcheck
 	_, err = fanout.Exec(ctx, `SELECT 1 FROM riverbus_pool WHERE name = 'orders' FOR UPDATE`)
 	require.NoError(t, err)
-	inserter, err := river.NewClient(riverpgxv5.New(bundle.db), &river.Config{})
+	inserter, err := river.NewClient(riverclient.NewDriver(bundle.db, nil), &river.Config{})
 	require.NoError(t, err)
 	var params []river.InsertManyParams
 	for seq := int64(11); seq <= 20; seq++ {
@@ -300,7 +299,7 @@ func TestWaitFor(t *testing.T) {
 	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{"orders": 4}, Workers: ws})
 	require.NoError(t, err)
 	cfg.TestOnly = true
-	client, err := river.NewClient(riverpgxv5.New(bundle.db), cfg)
+	client, err := river.NewClient(riverclient.NewDriver(bundle.db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

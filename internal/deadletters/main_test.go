@@ -8,13 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/riverclient"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -32,7 +32,7 @@ type testBundle struct {
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	db := pgtest.NewPool(t)
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: jobtest.DiscardLogger})
+	client, err := river.NewClient(riverclient.NewDriver(db, jobtest.DiscardLogger), &river.Config{Logger: jobtest.DiscardLogger})
 	require.NoError(t, err)
 	return context.Background(), &testBundle{db: db, client: client}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -74,7 +73,7 @@ func InsertEvents(t testing.TB, db *pgxpool.Pool, pool string, events ...outbox.
 	)
 	require.NoError(t, db.QueryRow(ctx, `SELECT queue, max_attempts, priority FROM riverbus_pool WHERE name = $1`, pool).
 		Scan(&queue, &maxAttempts, &priority))
-	inserter, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: DiscardLogger})
+	inserter, err := river.NewClient(riverclient.NewDriver(db, DiscardLogger), &river.Config{Logger: DiscardLogger})
 	require.NoError(t, err)
 	params := make([]river.InsertManyParams, len(events))
 	for i, ev := range events {
@@ -111,7 +110,7 @@ func StartClient(t testing.TB, db *pgxpool.Pool, ws *river.Workers, queues map[s
 	require.NoError(t, err)
 	cfg.TestOnly = true
 	cfg.RetryPolicy = soonRetry{}
-	client, err := river.NewClient(riverpgxv5.New(db), cfg)
+	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() { StopClient(t, client) })

@@ -14,9 +14,9 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/retention"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/riversql"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // poolNameRE is River's rule for a job kind, narrowed to what is safe in SQL,
@@ -263,7 +263,7 @@ func SetStatus(ctx context.Context, db database.DB, name string, status bustype.
 		if _, err := tx.Exec(ctx, riversql.QueueEnsure, pool.Queue); err != nil {
 			return fmt.Errorf("river queue: %w", err)
 		}
-		rc, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
+		rc, err := river.NewClient(riverclient.NewDriver(nil, nil), &river.Config{})
 		if err != nil {
 			return err
 		}

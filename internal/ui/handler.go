@@ -12,8 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
+
+	"github.com/riverbus/riverbus/internal/riverclient"
 )
 
 // PrefixDefault is the default of Opts.Prefix: River UI at the root.
@@ -78,7 +79,7 @@ func NewHandler(ctx context.Context, db *pgxpool.Pool, opts Opts) (*Handler, err
 
 	// Insert-only: no queues, no workers. River UI uses it to read, cancel,
 	// retry and delete jobs.
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: logger})
+	client, err := river.NewClient(riverclient.NewDriver(db, logger), &river.Config{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -101,7 +100,7 @@ func setupWith(t *testing.T, opts setupOpts) *testBundle {
 	require.NoError(t, err)
 	rc.RetryPolicy = fastRetry{}
 	rc.TestOnly = true
-	client, err := river.NewClient(riverpgxv5.New(workDB), rc)
+	client, err := river.NewClient(riverclient.NewDriver(workDB, rc.Logger), rc)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {
