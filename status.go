@@ -11,6 +11,7 @@ import (
 	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/redact"
 	"github.com/riverbus/riverbus/internal/retention"
 )
 
@@ -127,7 +128,8 @@ type StatusPool struct {
 	// LastError is the error that matters most now: that of the job
 	// holding the checkpoint (or of what blocks its lane) when it is stuck,
 	// else that of the newest dead letter; "" when there is none. It is the
-	// handler's text: escape it before printing it to a terminal.
+	// handler's text, with the credentials of any URL in it masked
+	// (webhook.Redact): escape it before printing it to a terminal.
 	LastError string `json:"last_error,omitempty"`
 	// CompletedLastMinute counts the pool's jobs completed in the last
 	// minute (of those River still keeps).
@@ -154,7 +156,7 @@ type StatusJob struct {
 	NextAttemptIn time.Duration `json:"-"`
 	DiscardedAt   *time.Time    `json:"discarded_at,omitempty"`
 	// LastError is the error of the last failed attempt (the handler's
-	// text).
+	// text, URLs' credentials masked).
 	LastError string `json:"last_error,omitempty"`
 	// Lane is the job's lane in an ordered pool, nil in other pools.
 	Lane *string `json:"lane,omitempty"`
@@ -275,7 +277,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		{"count dead letters", sqlStatusDeadLetters, []any{&pool, &n, &undeliv, &lastErr}, func(sp *StatusPool) {
 			sp.DeadLetters, sp.UndeliverableDeadLetters = n, undeliv
 			if lastErr != nil {
-				sp.LastError = *lastErr
+				sp.LastError = redact.Text(*lastErr)
 			}
 		}},
 		{"count completed jobs", sqlStatusCompleted, []any{&pool, &n}, func(sp *StatusPool) {
@@ -307,7 +309,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 
 func newStatusJob(j bustype.PoolJob, at time.Time) StatusJob {
 	r := StatusJob{JobID: j.ID, GlobalSequence: j.Sequence, State: j.State, DeadLetter: j.DeadLetter,
-		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: j.LastError, Lane: j.Lane}
+		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: redact.Text(j.LastError), Lane: j.Lane}
 	if (r.State == bustype.JobStateRetryable || r.State == bustype.JobStateScheduled) && !j.ScheduledAt.IsZero() {
 		next := j.ScheduledAt
 		r.NextAttemptAt = &next

@@ -52,7 +52,7 @@ func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", uerr.err, uerr.cmd.UsageString())
 			return 2
 		}
-		if strings.HasPrefix(err.Error(), "required flag(s)") || strings.HasPrefix(err.Error(), "unknown command") {
+		if isCobraUsage(err.Error()) {
 			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", err, cmd.UsageString())
 			return 2
 		}
@@ -77,6 +77,18 @@ type app struct {
 	// tracerProvider traces the fan-out and the workers; nil unless
 	// startTracing found tracing asked for.
 	tracerProvider trace.TracerProvider
+}
+
+// isCobraUsage reports whether msg is one of cobra's own usage errors: a
+// required flag or flag group missing, flags that exclude each other, an
+// unknown command.
+func isCobraUsage(msg string) bool {
+	for _, prefix := range []string{"required flag(s)", "unknown command", "at least one of the flags in the group", "if any flags in the group"} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 type usageError struct {

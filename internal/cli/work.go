@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,12 +15,12 @@ import (
 
 func (a *app) workCommand() *cobra.Command {
 	var (
-		pool, url, secretEnv string
-		concurrency          int
-		timeout              time.Duration
+		pool, url, urlEnv, secretEnv string
+		concurrency                  int
+		timeout                      time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "work --pool NAME --webhook URL",
+		Use:   "work --pool NAME (--webhook URL | --webhook-env VAR)",
 		Short: "Work a pool's jobs by POSTing each event to an HTTP endpoint (handlers in any language)",
 		Long: `Runs River workers for one pool that deliver each job's event envelope as a
 JSON POST to --webhook. A 2xx response completes the job; any other status, a
@@ -32,13 +34,24 @@ Webhook-Timestamp, and, with --secret-env, Webhook-Signature: "v1,"
 followed by the base64 HMAC-SHA256 of "<id>.<timestamp>.<body>" under the
 secret (the Standard Webhooks scheme). Key-ordered pools stay in order: the
 next event of a key is sent only after the previous one was acknowledged.
-Run as many as you like; they share the pool's jobs.`,
+Run as many as you like; they share the pool's jobs.
+
+A URL that holds credentials (a password, a token in the query) is better
+given with --webhook-env: an argument is visible to every local user (ps)
+and kept in shell history. Output, logs and job errors show the URL with
+its password and query values masked.`,
 		Example: `  WEBHOOK_SECRET=... riverbus work --pool billing --webhook https://billing.internal/events --secret-env WEBHOOK_SECRET --concurrency 20`,
 		Args:    exactArgs(0, "no arguments (use flags)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if concurrency < 1 || concurrency > 10_000 {
 				return &usageError{cmd: cmd, err: fmt.Errorf("--concurrency must be between 1 and 10000, got %d", concurrency)}
+			}
+			if urlEnv != "" {
+				var err error
+				if url, err = webhookURLFromEnv(urlEnv); err != nil {
+					return err
+				}
 			}
 			var secret []byte
 			if secretEnv != "" {
@@ -98,13 +111,28 @@ Run as many as you like; they share the pool's jobs.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&pool, "pool", "", "pool whose jobs to deliver (required)")
-	f.StringVar(&url, "webhook", "", "http(s) URL that receives each event as a JSON POST (required)")
+	f.StringVar(&url, "webhook", "", "http(s) URL that receives each event as a JSON POST (this or --webhook-env)")
+	f.StringVar(&urlEnv, "webhook-env", "", "name of the environment variable holding the --webhook URL, which keeps its credentials out of argument lists")
 	f.StringVar(&secretEnv, "secret-env", "", "name of the environment variable holding the signing secret")
 	f.IntVar(&concurrency, "concurrency", 10, "deliveries in flight at once in this process")
 	f.DurationVar(&timeout, "timeout", webhook.TimeoutDefault, "bound on one delivery")
 	a.jobRetentionFlags(cmd)
 	a.processMetricsFlags(cmd)
 	_ = cmd.MarkFlagRequired("pool")
-	_ = cmd.MarkFlagRequired("webhook")
+	cmd.MarkFlagsOneRequired("webhook", "webhook-env")
+	cmd.MarkFlagsMutuallyExclusive("webhook", "webhook-env")
 	return cmd
+}
+
+// webhookURLFromEnv reads work's webhook URL from the environment
+// variable name.
+func webhookURLFromEnv(name string) (string, error) {
+	v, ok := os.LookupEnv(name)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("--webhook-env: environment variable %s is not set", name)
+	case strings.TrimSpace(v) == "":
+		return "", fmt.Errorf("--webhook-env: environment variable %s is empty", name)
+	}
+	return strings.TrimSpace(v), nil
 }

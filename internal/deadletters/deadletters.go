@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/redact"
 	"github.com/riverbus/riverbus/internal/riversql"
 )
 
@@ -58,6 +59,12 @@ func scanDeadLetter(row pgx.CollectableRow) (bustype.DeadLetter, error) {
 	// errors is whatever River stored; an unexpected shape leaves Errors
 	// empty rather than failing the list.
 	_ = json.Unmarshal(errsJSON, &d.Errors)
+	// A handler's error may quote a URL with credentials (Go's
+	// *url.Error does); webhooks mask theirs, others may not.
+	d.LastError = redact.Text(d.LastError)
+	for i := range d.Errors {
+		d.Errors[i].Error = redact.Text(d.Errors[i].Error)
+	}
 	return d, nil
 }
 

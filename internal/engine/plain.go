@@ -48,7 +48,7 @@ func plainKindOf(p *lockedPool) plainKind {
 
 // sqlPlainBatch is the plain path's statement; the first %s is the type
 // condition.
-// Each job's args are a bustype.EventJob built by jsonb_build_object
+// Each job's args are a bustype.EventJob, riversql.EventEnvelope
 // (envelope_test.go pins the two together); the job row and River's
 // notification are package riversql's.
 // $1 pool, $2 batch size, $3 whether the pool must have a type filter.
@@ -95,9 +95,7 @@ ev AS (
 ),
 ins AS (
 	INSERT INTO river_job (` + riversql.JobColumnList + `)
-	SELECT jsonb_build_object('global_sequence', ev.global_sequence, 'event_id', ev.event_id, 'type', ev.type,
-			'key', ev.key, 'tags', to_jsonb(ev.tags), 'data', ev.data, 'metadata', ev.metadata,
-			'occurred_at', ev.occurred_at),
+	SELECT ` + riversql.EventEnvelope + `,
 		p.name, p.max_attempts, ` + sqlJobTraceMetadata + `, p.priority, p.queue, 'available', '{}'
 	FROM ev CROSS JOIN p
 	ORDER BY ev.global_sequence

@@ -8,6 +8,7 @@ package pgtest
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -281,4 +282,42 @@ func withDatabase(rawURL, database string) string {
 	}
 	u.Path = "/" + database
 	return u.String()
+}
+
+// Login creates a login role that is a member of group (riverbus_app or
+// riverbus_worker), with a random name and password, and returns a pool
+// connected as it to db's database: what an application or a worker process
+// with only riverbus's grants can do. The pool is closed and the role
+// dropped when the test ends.
+func Login(t TB, db *pgxpool.Pool, group string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	var random [12]byte
+	if _, err := rand.Read(random[:]); err != nil {
+		t.Fatalf("pgtest: login: %v", err)
+	}
+	name := "rbt_" + strings.TrimPrefix(group, "riverbus_") + "_" + hex.EncodeToString(random[:4])
+	password := hex.EncodeToString(random[4:]) // for servers that do not trust 127.0.0.1
+	ident := pgx.Identifier{name}.Sanitize()
+	// Utility statements take no parameters; the name and the hex password
+	// are made here.
+	if _, err := db.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s' IN ROLE %s",
+		ident, password, pgx.Identifier{group}.Sanitize())); err != nil {
+		t.Fatalf("pgtest: login: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = adminExec(ctx, "DROP ROLE IF EXISTS "+ident)
+	})
+	cfg := db.Config().Copy()
+	cfg.ConnConfig.User = name
+	cfg.ConnConfig.Password = password
+	cfg.MaxConns = 10
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: login: %v", err)
+	}
+	t.Cleanup(pool.Close) // runs before the role is dropped
+	return pool
 }

@@ -2,21 +2,25 @@
 // workers from a workers.Config: riverbus's defaults (workers.Config
 // documents each and why), the queues a riverbus.Client derives from its
 // pools, the lane hand-off middleware ordered pools need, the retry
-// policy that follows each pool's retry schedule (internal/retry), and,
-// with a tracer provider, River's otelriver middleware continuing each
-// event's trace (internal/tracing).
+// policy that follows each pool's retry schedule (internal/retry), the
+// middleware that masks the credentials of URLs in job errors
+// (internal/redact), and, with a tracer provider, River's otelriver
+// middleware continuing each event's trace (internal/tracing).
 package riverclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/lanes"
+	"github.com/riverbus/riverbus/internal/redact"
 	"github.com/riverbus/riverbus/internal/retry"
 	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
@@ -163,5 +167,20 @@ func Config(opts Opts) (*river.Config, error) {
 		cfg.RetryPolicy = policy
 		cfg.Middleware = append(cfg.Middleware, policy.Middleware())
 	}
+	// Innermost, so that River's stored errors, its logs and the work
+	// span all get the masked text.
+	cfg.Middleware = append(cfg.Middleware, &maskURLs{})
 	return cfg, nil
+}
+
+// maskURLs is worker middleware that masks the credentials of any URL a
+// handler's error quotes (redact.Text) before River stores the error in
+// the job's errors, which River UI, `riverbus status` and `dlq list` show:
+// Go's *url.Error quotes the whole URL it failed on, password and query
+// included. errors.Is and errors.As still see the handler's error (River's
+// cancel and snooze, riverbus's Retry-After).
+type maskURLs struct{ river.MiddlewareDefaults }
+
+func (*maskURLs) Work(ctx context.Context, _ *rivertype.JobRow, doInner func(context.Context) error) error {
+	return redact.Error(doInner(ctx), redact.Text)
 }

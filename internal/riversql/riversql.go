@@ -36,6 +36,15 @@ const NotifyInsert = `pg_notify(coalesce(current_schema() || '.', '') || 'river_
 // (text[]) and returns how many it sent.
 const NotifyInsertQueues = `SELECT count(` + NotifyInsert + `) FROM unnest($1::text[]) AS q(queue)`
 
+// EventEnvelope is the args of a pool job of one event (bustype.EventJob
+// without late) as an SQL expression over a riverbus_event row aliased ev:
+// the event's envelope, as the log holds it. The fan-out's plain path
+// inserts it (engine's envelope test pins it to the type, key for key),
+// and a webhook delivers it, rebuilt from the log, whatever a job row says.
+const EventEnvelope = `jsonb_build_object('global_sequence', ev.global_sequence, 'event_id', ev.event_id, 'type', ev.type,
+			'key', ev.key, 'tags', to_jsonb(ev.tags), 'data', ev.data, 'metadata', ev.metadata,
+			'occurred_at', ev.occurred_at)`
+
 // JobColumnList is the columns of river_job that riverbus sets when it
 // inserts a job, in the order of JobRow's values: River's own bulk insert's
 // (JobInsertFastMany) but created_at and scheduled_at, left to their

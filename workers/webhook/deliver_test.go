@@ -15,21 +15,21 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
-
-	"github.com/riverbus/riverbus/outbox"
-	"github.com/riverbus/riverbus/workers"
 )
 
-// testJob is a pool job as River hands it to the worker.
-func testJob() *river.Job[poolArgs] {
+// testJob is a pool job as River hands it to the worker, and the body and
+// event id a delivery sends for it.
+func testJob() (*river.Job[poolArgs], []byte, uuid.UUID) {
 	id := uuid.New()
-	return &river.Job[poolArgs]{
-		JobRow: &rivertype.JobRow{
-			ID: 1, Attempt: 1, Kind: "hooks",
-			EncodedArgs: []byte(`{"global_sequence": 7, "event_id": "` + id.String() + `", "type": "t"}`),
-		},
-		Args: poolArgs{Args: workers.Args{Event: outbox.Event{GlobalSequence: 7, EventID: id, Type: "t"}}},
-	}
+	body := []byte(`{"global_sequence": 7, "event_id": "` + id.String() + `", "type": "t"}`)
+	return &river.Job[poolArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, Kind: "hooks", EncodedArgs: body}}, body, id
+}
+
+// send delivers testJob with w, without a database.
+func send(ctx context.Context, w *worker) error {
+	job, body, id := testJob()
+	_, err := w.deliver(ctx, job, body, id)
+	return err
 }
 
 type hit struct {
@@ -97,7 +97,7 @@ func TestRedirects(t *testing.T) {
 
 	secret := []byte("s")
 	deliver := func(path string) error {
-		return newTestWorker(t, Config{URL: srv.URL + path, Secret: secret}).Work(ctx, testJob())
+		return send(ctx, newTestWorker(t, Config{URL: srv.URL + path, Secret: secret}))
 	}
 
 	// 307 and 308 on the same host are followed, up to three, and the
@@ -125,7 +125,7 @@ func TestRedirects(t *testing.T) {
 
 	// A client with its own policy keeps it.
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return nil }}
-	require.NoError(t, newTestWorker(t, Config{URL: srv.URL + "/away", Client: client}).Work(ctx, testJob()))
+	require.NoError(t, send(ctx, newTestWorker(t, Config{URL: srv.URL + "/away", Client: client})))
 	require.Equal(t, []string{"POST /in"}, other.paths())
 }
 
@@ -136,25 +136,36 @@ func TestErrorsHideCredentials(t *testing.T) {
 	srv.mux.HandleFunc("/in", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "nope", http.StatusForbidden) })
 	u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/in?token=s3cret"
 	w := newTestWorker(t, Config{URL: u})
-	err := w.Work(context.Background(), testJob())
-	require.EqualError(t, err, "POST "+srv.URL+"/in: status 403 Forbidden: nope\n")
+	err := send(context.Background(), w)
+	require.EqualError(t, err, "POST "+strings.Replace(srv.URL, "http://", "http://user:xxxxx@", 1)+"/in?token=xxxxx: status 403 Forbidden: nope\n")
 	var statusErr *StatusError
 	require.ErrorAs(t, err, &statusErr)
 	require.Equal(t, http.StatusForbidden, statusErr.StatusCode)
 
 	w = newTestWorker(t, Config{URL: "http://user:hunter2@127.0.0.1:1/in?token=s3cret"})
-	err = w.Work(context.Background(), testJob())
+	err = send(context.Background(), w)
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "hunter2")
 	require.NotContains(t, err.Error(), "s3cret")
 }
 
-func TestNoEventID(t *testing.T) {
+// Args that are no envelope are refused before anything is read or sent.
+func TestParseClaimRefusesNonEnvelopes(t *testing.T) {
 	t.Parallel()
-	job := testJob()
-	job.Args.EventID = uuid.Nil
-	w := newTestWorker(t, Config{URL: "http://127.0.0.1:1/"})
-	require.ErrorContains(t, w.Work(context.Background(), job), `job 1 of kind "hooks" has no event_id`)
+	for _, args := range []string{
+		`[]`, `{}`, `{"hello": "world"}`, `{"global_sequence": 7, "type": "t"}`,
+		`{"global_sequence": "7", "event_id": "` + uuid.NewString() + `", "occurred_at": "2026-01-01T00:00:00Z"}`,
+		`{"events": [], "transaction_id": "1"}`, `{"events": {}, "transaction_id": "1"}`,
+	} {
+		_, err := parseClaim([]byte(args))
+		require.Error(t, err, args)
+	}
+	c, err := parseClaim([]byte(`{"global_sequence": 7, "event_id": "` + uuid.NewString() + `", "occurred_at": "2026-01-01T00:00:00Z", "late": true}`))
+	require.NoError(t, err)
+	require.True(t, c.late)
+	require.False(t, c.group)
+	require.Len(t, c.events, 1)
+	require.NotContains(t, string(c.events[0].raw), "late", "late is the job's, not the event's")
 }
 
 func TestPrintable(t *testing.T) {

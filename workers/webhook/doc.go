@@ -13,6 +13,7 @@
 //
 //   - Registering: Bind, Register and Config
 //   - The request: body and headers
+//   - What is delivered: the log, not the job row
 //   - Signatures: the scheme, for receivers in any language; Sign, Verify
 //   - A receiver in Go
 //   - Outcome and retries: what counts as delivered
@@ -43,16 +44,19 @@
 // # The request
 //
 // Each attempt of a job is one POST to Config.URL with Content-Type
-// application/json. The body is the job's args exactly as River stored them:
-// a JSON object with the event envelope, global_sequence, event_id, type,
-// key, tags, data, metadata and occurred_at (RFC 3339), plus "late": true
-// for a late event. The text is PostgreSQL's jsonb output, so key order and
-// white space are PostgreSQL's; parse it as JSON, and verify the signature
-// over the raw bytes before parsing.
+// application/json. The body is the event envelope as riverbus_event holds
+// it: a JSON object with global_sequence, event_id, type, key, tags, data,
+// metadata and occurred_at (RFC 3339), plus "late": true for a late event.
+// A transaction-grouped pool's job is sent as a bustype.GroupJob
+// (workers.GroupArgs): global_sequence (its first event's),
+// transaction_id, key, events (each an envelope as the log holds it), part
+// and parts. The envelopes' text is PostgreSQL's jsonb output, so key order,
+// white space and occurred_at's offset are PostgreSQL's; parse it as JSON,
+// and verify the signature over the raw bytes before parsing.
 //
 // Headers:
 //
-//	Webhook-Id          the event id (a UUID); the same on every attempt
+//	Webhook-Id          the event id (a UUID; a group's first event's); the same on every attempt
 //	Idempotency-Key     the event id, again
 //	Webhook-Timestamp   the attempt's time, Unix seconds, decimal
 //	Webhook-Signature   v1,<signature> — only when Config.Secret is set
@@ -63,6 +67,28 @@
 //	traceparent         the W3C trace context, when the event was appended in a
 //	                    trace: the worker's work span, else the append span
 //	User-Agent          riverbus-webhook
+//
+// # What is delivered: the log, not the job row
+//
+// Any riverbus_worker login may insert or change a River job, in any
+// queue, with any args; a signature over what a job row says would vouch
+// for whatever that login wrote. So each attempt first reads, in one round
+// trip (the pool's row and each event by its primary key), what the log
+// holds for the sequences the job names, and sends that. It sends nothing,
+// and discards the job at once with the reason as its error (a dead letter
+// that `riverbus dlq list` and River UI show), when the job is not in the
+// pool's queue; names an event riverbus_event does not hold (made up, or
+// deleted by retention, which never deletes an event an unfinished job of
+// a pool needs); names an event the pool's filter (types, tags) does not
+// match; has args that differ from the log's envelope in any field, or
+// that carry fields of their own; is a group in a pool that does not group
+// (or the reverse); or is a group whose events are not of its transaction
+// (or, in a key-ordered pool, of its key). A refused job's error starts
+// "job N refused, not delivered:". Retrying it refuses it again; purge it.
+// The late flag is the job's: the log does not keep it once every pool
+// has handled the late event. Changing a pool's filter or grouping while it has
+// unfinished jobs makes those of events the new filter excludes dead
+// letters of this kind.
 //
 // # Signatures
 //
@@ -137,8 +163,14 @@
 // of a riverbus.Client's River client reads (ParseRetryAfter parses it).
 //
 // Response bodies are read up to DrainMax bytes and closed, so connections
-// are reused. Job errors and logs show Config.URL without its user info and
-// query, which may hold credentials.
+// are reused.
+//
+// Config.URL may hold credentials: a password, a token as its user name,
+// tokens in its query. Job errors (which River stores and River UI and
+// `riverbus status` show), logs, a panic's value and command output show it
+// as Redact does (https://user:xxxxx@host/hook?token=xxxxx), and the
+// credentials are masked anywhere else in an error too, such as a response
+// body that echoes the request.
 //
 // # Redirects
 //

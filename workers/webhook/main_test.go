@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -41,9 +42,24 @@ type fastRetry struct{}
 func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(10 * time.Millisecond) }
 
 type testBundle struct {
-	db     *pgxpool.Pool
+	db     *pgxpool.Pool // the owner's
 	client *river.Client[pgx.Tx]
 	fanout *engine.Fanout
+}
+
+// setupOpts are what tests vary in setupWith.
+type setupOpts struct {
+	// Pool is pool "hooks" (its Name is set); MaxAttempts zero: 3.
+	Pool bustype.PoolParams
+	// Webhook is the webhook of the pool (its Pool is set).
+	Webhook webhook.Config
+	// Queues are more River queues the client works, beside the pool's.
+	Queues []string
+	// WorkerLogin runs the River client as a riverbus_worker login, as a
+	// worker process runs, instead of as the owner.
+	WorkerLogin bool
+	// RiverLogger receives River's own logs. Nil: discarded.
+	RiverLogger *slog.Logger
 }
 
 // setup gives a fresh database with pool "hooks" of maxAttempts, a started
@@ -51,22 +67,40 @@ type testBundle struct {
 // set to "hooks") and fast retries, and a fan-out to turn events into jobs.
 func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 	t.Helper()
+	return setupWith(t, setupOpts{Pool: bustype.PoolParams{MaxAttempts: maxAttempts}, Webhook: cfg})
+}
+
+func setupWith(t *testing.T, opts setupOpts) *testBundle {
+	t.Helper()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: pool, MaxAttempts: maxAttempts})
+	params := opts.Pool
+	params.Name = pool
+	params.MaxAttempts = cmp.Or(params.MaxAttempts, 3)
+	_, _, err := pools.Create(ctx, db, params)
 	require.NoError(t, err)
+	workDB := db
+	if opts.WorkerLogin {
+		workDB = pgtest.Login(t, db, "riverbus_worker")
+	}
 
 	ws := river.NewWorkers()
+	cfg := opts.Webhook
 	cfg.Pool = pool
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger
 	}
 	require.NoError(t, webhook.Register(ws, cfg))
-	rc, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue(pool): 2}, Workers: ws, Config: workers.Config{Logger: discardLogger}})
+	queues := map[string]int{cmp.Or(params.Queue, bustype.DefaultQueue(pool)): 2}
+	for _, q := range opts.Queues {
+		queues[q] = 2
+	}
+	riverLogger := cmp.Or(opts.RiverLogger, discardLogger)
+	rc, err := riverclient.Config(riverclient.Opts{Queues: queues, Workers: ws, Config: workers.Config{Logger: riverLogger}})
 	require.NoError(t, err)
 	rc.RetryPolicy = fastRetry{}
 	rc.TestOnly = true
-	client, err := river.NewClient(riverclient.NewDriver(db, rc.Logger), rc)
+	client, err := river.NewClient(riverclient.NewDriver(workDB, rc.Logger), rc)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {
@@ -80,16 +114,23 @@ func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 	return &testBundle{db: db, client: client, fanout: f}
 }
 
+// insertEvent appends an event with plain SQL and returns it as stored.
+func (b *testBundle) insertEvent(t *testing.T, typ, key, data string) outbox.Event {
+	t.Helper()
+	var ev outbox.Event
+	require.NoError(t, b.db.QueryRow(context.Background(),
+		`INSERT INTO riverbus_event (type, key, data) VALUES ($1, $2, $3)
+		RETURNING global_sequence, event_id, type, key, tags, data, metadata, occurred_at`, typ, key, data).
+		Scan(&ev.GlobalSequence, &ev.EventID, &ev.Type, &ev.Key, &ev.Tags, &ev.Data, &ev.Metadata, &ev.OccurredAt))
+	return ev
+}
+
 // appendEvent appends an event with plain SQL, fans it out, and returns the
 // event as stored and the id of its job in pool "hooks".
 func (b *testBundle) appendEvent(t *testing.T, typ, key, data string) (outbox.Event, int64) {
 	t.Helper()
 	ctx := context.Background()
-	var ev outbox.Event
-	require.NoError(t, b.db.QueryRow(ctx,
-		`INSERT INTO riverbus_event (type, key, data) VALUES ($1, $2, $3)
-		RETURNING global_sequence, event_id, type, key, tags, data, metadata, occurred_at`, typ, key, data).
-		Scan(&ev.GlobalSequence, &ev.EventID, &ev.Type, &ev.Key, &ev.Tags, &ev.Data, &ev.Metadata, &ev.OccurredAt))
+	ev := b.insertEvent(t, typ, key, data)
 	var jobID int64
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		_, err := b.fanout.Pass(ctx)

@@ -30,17 +30,19 @@ func TestDeliverySendsTraceParent(t *testing.T) {
 	const stored = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 	// Untraced worker, traced event: the event's context.
-	job := testJob()
+	job, body, id := testJob()
 	job.Metadata = []byte(`{"traceparent": "` + stored + `", "tracestate": "vendor=abc"}`)
-	require.NoError(t, w.Work(ctx, job))
+	_, err := w.deliver(ctx, job, body, id)
+	require.NoError(t, err)
 
 	// Traced worker: its span's context (a child of the event's).
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x0a, 0xf7}, SpanID: trace.SpanID{1, 2, 3},
 		TraceFlags: trace.FlagsSampled})
-	require.NoError(t, w.Work(trace.ContextWithSpanContext(ctx, sc), job))
+	_, err = w.deliver(trace.ContextWithSpanContext(ctx, sc), job, body, id)
+	require.NoError(t, err)
 
 	// Untraced event: no header.
-	require.NoError(t, w.Work(ctx, testJob()))
+	require.NoError(t, send(ctx, w))
 
 	mu.Lock()
 	defer mu.Unlock()

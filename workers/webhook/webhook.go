@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/riverbus/riverbus/internal/redact"
 	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -142,21 +145,25 @@ func Register(ws *river.Workers, cfg Config) (err error) {
 }
 
 // poolArgs are the args of a pool job. kind is only set on the value given
-// to river.AddWorkerArgs; River decodes jobs into the zero value, and the
-// worker does not need it.
+// to river.AddWorkerArgs. River decodes each job into the zero value, which
+// keeps nothing: the worker reads the job's encoded args itself (one event
+// or a transaction group), and refuses args that are no envelope with a
+// reason, where River's own decoding would retry them as an error.
 type poolArgs struct {
-	workers.Args
 	kind string
 }
 
 func (a poolArgs) Kind() string { return a.kind }
 
+func (*poolArgs) UnmarshalJSON([]byte) error { return nil }
+
 type worker struct {
 	river.WorkerDefaults[poolArgs]
 
 	pool     string
-	url      string // as given
-	shownURL string // without user info and query, for errors and logs
+	url      string   // as given
+	shownURL string   // redact.URL's, for errors and logs
+	hidden   []string // the URL's credentials, masked wherever they appear
 	secret   []byte
 	timeout  time.Duration // 0: none
 	client   *http.Client
@@ -192,45 +199,68 @@ func newWorker(cfg Config) (*worker, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	shown := *u
-	shown.User, shown.RawQuery, shown.ForceQuery, shown.Fragment, shown.RawFragment = nil, "", false, "", ""
+	shown := redact.URL(cfg.URL)
 	return &worker{
 		pool:     cfg.Pool,
 		url:      cfg.URL,
-		shownURL: shown.String(),
+		shownURL: shown,
+		hidden:   redact.Credentials(cfg.URL),
 		secret:   bytes.Clone(cfg.Secret),
 		timeout:  timeout,
 		client:   client,
-		logger:   logger.With("pool", cfg.Pool, "url", shown.String()),
+		logger:   logger.With("pool", cfg.Pool, "url", shown),
 	}, nil
 }
 
-// Redact returns raw with its user info and query hidden, for logs and
-// errors: they may hold credentials.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable)"
-	}
-	if u.User != nil {
-		u.User = url.User("xxxxx")
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "..."
-	}
-	return u.String()
-}
+// Redact returns raw with its credentials masked, for logs, errors and
+// output: the password of its user info (a user name alone, which is then
+// the credential), every query value and the fragment. Scheme, host, path,
+// user name and query keys stay, so endpoints can be told apart:
+// https://user:pw@host/hook?token=abc gives
+// https://user:xxxxx@host/hook?token=xxxxx. Every text riverbus shows a
+// webhook's URL in goes through it.
+func Redact(raw string) string { return redact.URL(raw) }
 
-// Work delivers the job's args, as stored, to the URL. Only a 2xx answer
-// completes the job; anything else is an error, so River retries it.
-func (w *worker) Work(ctx context.Context, job *river.Job[poolArgs]) error {
+// hide masks the URL's credentials in s: inside any URL it quotes, and
+// anywhere else (a receiver's error page may echo the request).
+func (w *worker) hide(s string) string { return redact.Values(redact.Text(s), w.hidden) }
+
+// shown returns err as it may be shown: River stores its text in the
+// job's errors, which River UI and `riverbus status` show. errors.Is and
+// errors.As see err (a *StatusError, context.Canceled).
+func (w *worker) shown(err error) error { return redact.Error(err, w.hide) }
+
+// Work delivers the event (or transaction group) the job names as
+// riverbus_event holds it, after checking that the job is one the fan-out
+// could have made for the pool (verify.go). Only a 2xx answer completes the
+// job; any other outcome is an error, so River retries it. A job that fails
+// the check is not sent: it becomes a dead letter at once, with the reason.
+func (w *worker) Work(ctx context.Context, job *river.Job[poolArgs]) (err error) {
 	start := time.Now()
-	status, err := w.deliver(ctx, job)
-	attrs := []any{
-		"job_id", job.ID, "attempt", job.Attempt,
-		"global_sequence", job.Args.GlobalSequence, "event_id", job.Args.EventID,
-		"status", status, "duration", time.Since(start),
+	attrs := []any{"job_id", job.ID, "attempt", job.Attempt, "queue", job.Queue}
+	defer func() {
+		// A panic's value may quote the URL too; River would store it as
+		// it is, with a stack trace.
+		if r := recover(); r != nil {
+			err = w.shown(fmt.Errorf("webhook worker panicked: %v", r))
+			w.logger.ErrorContext(ctx, "webhook worker panicked", append(attrs, "error", err, "stack", w.hide(string(debug.Stack())))...)
+		}
+	}()
+	body, eventID, err := w.fromLog(ctx, job)
+	var refused *refusal
+	if errors.As(err, &refused) {
+		reason := fmt.Sprintf("job %d refused, not delivered: %s", job.ID, refused.reason)
+		deadLetter(ctx, job, reason)
+		w.logger.WarnContext(ctx, "webhook refused a job that is not the log's", append(attrs, "reason", reason)...)
+		return errors.New(reason)
 	}
+	if err != nil {
+		err = w.shown(err)
+		w.logger.WarnContext(ctx, "webhook delivery failed", append(attrs, "error", err)...)
+		return err
+	}
+	status, err := w.deliver(ctx, job, body, eventID)
+	attrs = append(attrs, "event_id", eventID, "status", status, "duration", time.Since(start))
 	if err != nil {
 		w.logger.WarnContext(ctx, "webhook delivery failed", append(attrs, "error", err)...)
 		return err
@@ -239,17 +269,17 @@ func (w *worker) Work(ctx context.Context, job *river.Job[poolArgs]) error {
 	return nil
 }
 
-// deliver sends one request and returns the status code (0 when there was
-// no response) and the outcome.
-func (w *worker) deliver(ctx context.Context, job *river.Job[poolArgs]) (int, error) {
-	args := job.Args
-	if args.EventID == uuid.Nil {
-		// Not an event envelope: retrying will not help, but a dead letter
-		// keeps it visible, where cancelling would lose it.
-		return 0, fmt.Errorf("job %d of kind %q has no event_id in its args; not a riverbus pool job", job.ID, job.Kind)
+// deliver sends body, the envelope of the event id (the first event of a
+// group), in one request and returns the status code (0 when there was no
+// response) and the outcome, as it may be shown.
+func (w *worker) deliver(ctx context.Context, job *river.Job[poolArgs], body []byte, eventID uuid.UUID) (status int, err error) {
+	defer func() { err = w.shown(err) }()
+	id := eventID.String()
+	var head struct {
+		GlobalSequence int64 `json:"global_sequence"`
+		Late           bool  `json:"late"`
 	}
-	body := job.EncodedArgs
-	id := args.EventID.String()
+	_ = json.Unmarshal(body, &head) // the log's envelope: it decodes
 
 	if w.timeout > 0 {
 		var cancel context.CancelFunc
@@ -258,7 +288,7 @@ func (w *worker) deliver(ctx context.Context, job *river.Job[poolArgs]) (int, er
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
 	if err != nil {
-		return 0, fmt.Errorf("POST %s: %w", w.shownURL, err)
+		return 0, w.requestError(ctx, err)
 	}
 	now := time.Now()
 	h := req.Header
@@ -271,9 +301,9 @@ func (w *worker) deliver(ctx context.Context, job *river.Job[poolArgs]) (int, er
 		h.Set(HeaderSignature, Sign(w.secret, id, now, body))
 	}
 	h.Set(HeaderPool, w.pool)
-	h.Set(HeaderSequence, strconv.FormatInt(args.GlobalSequence, 10))
+	h.Set(HeaderSequence, strconv.FormatInt(head.GlobalSequence, 10))
 	h.Set(HeaderAttempt, strconv.Itoa(job.Attempt))
-	if args.Late {
+	if head.Late {
 		h.Set(HeaderLate, "true")
 	}
 	setTraceContext(ctx, h, job.Metadata)
@@ -294,8 +324,8 @@ func (w *worker) deliver(ctx context.Context, job *river.Job[poolArgs]) (int, er
 	retryAfter := resp.Header.Get("Retry-After")
 	err = fmt.Errorf("POST %s: %w", w.shownURL, &StatusError{
 		StatusCode: resp.StatusCode,
-		Body:       printable(start),
-		RetryAfter: printable([]byte(retryAfter)),
+		Body:       w.hide(printable(start)),
+		RetryAfter: w.hide(printable([]byte(retryAfter))),
 	})
 	if delay, ok := ParseRetryAfter(retryAfter, time.Now()); ok {
 		err = workers.RetryAfter(err, delay)
@@ -375,17 +405,16 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	if req.Response != nil {
 		status = req.Response.StatusCode
 	}
-	to := *req.URL
-	to.User, to.RawQuery, to.Fragment = nil, "", ""
+	to := redact.URL(req.URL.String())
 	switch {
 	case len(via) > MaxRedirects:
 		return fmt.Errorf("stopped after %d redirects", MaxRedirects)
 	case hostPort(req.URL) != hostPort(first.URL):
-		return fmt.Errorf("refusing redirect (%d) to another host: %s", status, to.String())
+		return fmt.Errorf("refusing redirect (%d) to another host: %s", status, to)
 	case first.URL.Scheme == "https" && req.URL.Scheme != "https":
-		return fmt.Errorf("refusing redirect (%d) from https to %s", status, to.String())
+		return fmt.Errorf("refusing redirect (%d) from https to %s", status, to)
 	case req.Method != first.Method:
-		return fmt.Errorf("refusing redirect (%d) to %s that turns %s into %s; answer 307 or 308 to keep the method", status, to.String(), first.Method, req.Method)
+		return fmt.Errorf("refusing redirect (%d) to %s that turns %s into %s; answer 307 or 308 to keep the method", status, to, first.Method, req.Method)
 	}
 	return nil
 }

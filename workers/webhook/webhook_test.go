@@ -18,7 +18,6 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/testwait"
-	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
@@ -47,13 +46,16 @@ func TestDelivery(t *testing.T) {
 	require.Equal(t, "/in", d.Path)
 	require.Equal(t, "token=abc", d.Query)
 
-	// The body is the job's args as stored, and that is the envelope.
-	require.Equal(t, job.Args, string(d.Body))
-	want, err := json.Marshal(workers.Args{Event: ev})
-	require.NoError(t, err)
-	require.JSONEq(t, string(want), string(d.Body))
-	var decoded workers.Args
+	// The body is the event's envelope as the log holds it: the job's args.
+	// (Its text is PostgreSQL's, which writes occurred_at with the
+	// session's offset where Go writes Z.)
+	require.Equal(t, logEnvelope(t, b.db, ev.GlobalSequence), string(d.Body))
+	var decoded, stored workers.Args
 	require.NoError(t, json.Unmarshal(d.Body, &decoded))
+	require.NoError(t, json.Unmarshal([]byte(job.Args), &stored))
+	require.Equal(t, stored.GlobalSequence, decoded.GlobalSequence)
+	require.JSONEq(t, string(ev.Data), string(decoded.Data))
+	require.Equal(t, ev.Key, decoded.Key)
 	require.Equal(t, ev.EventID, decoded.EventID)
 	require.True(t, ev.OccurredAt.Equal(decoded.OccurredAt))
 	require.False(t, decoded.Late)
@@ -118,10 +120,7 @@ func TestDeliveryLateUnsigned(t *testing.T) {
 	rcv := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
 	b := setup(t, 3, webhook.Config{URL: rcv.URL})
 
-	ev := outbox.Event{
-		GlobalSequence: 42, EventID: [16]byte{1, 2, 3}, Type: "t", Key: "k", Tags: []string{},
-		Data: json.RawMessage(`{}`), Metadata: json.RawMessage(`{}`), OccurredAt: time.Now().UTC(),
-	}
+	ev := b.insertEvent(t, "t", "k", `{}`) // not fanned out: the job below is its only one
 	res, err := b.client.Insert(context.Background(), lateArgs{workers.Args{Event: ev, Late: true}},
 		&river.InsertOpts{Queue: pool})
 	require.NoError(t, err)
@@ -130,7 +129,7 @@ func TestDeliveryLateUnsigned(t *testing.T) {
 	got := rcv.deliveries()
 	require.Len(t, got, 1)
 	require.Equal(t, "true", got[0].Header.Get("X-Riverbus-Late"))
-	require.Equal(t, "42", got[0].Header.Get("X-Riverbus-Sequence"))
+	require.Equal(t, strconv.FormatInt(ev.GlobalSequence, 10), got[0].Header.Get("X-Riverbus-Sequence"))
 	require.Empty(t, got[0].Header.Values("Webhook-Signature"))
 	var decoded workers.Args
 	require.NoError(t, json.Unmarshal(got[0].Body, &decoded))

@@ -1,0 +1,39 @@
+package webhook
+
+import "github.com/riverbus/riverbus/internal/riversql"
+
+// sqlLogEvents reads, for a job of pool $1 that names the events of
+// sequences $2 with envelopes $3 (each without late), the pool's queue,
+// grouping and ordering, and per event, in the job's order: whether the log
+// holds it, whether the pool's filter matches it, its type, key,
+// transaction id and occurred_at, the envelope's fields that differ from
+// the log's (jsonb equality; occurred_at is compared in Go, as timestamps),
+// and the log's envelope. One round trip: the pool by its name and each
+// event by its sequence, both primary keys.
+const sqlLogEvents = `WITH p AS (
+	SELECT queue, event_types, tags, grouping, ordering FROM riverbus_pool WHERE name = $1
+),
+c AS (
+	SELECT c.ord, ev.global_sequence IS NOT NULL AS found,
+		coalesce(ev.tags @> p.tags AND (cardinality(p.event_types) = 0 OR ev.type = ANY(p.event_types)), false) AS matches,
+		ev.type, ev.key, ev.transaction_id::text AS txid, ev.occurred_at,
+		array_to_string(array_remove(ARRAY[
+			CASE WHEN c.claimed->'event_id' IS DISTINCT FROM to_jsonb(ev.event_id) THEN 'event_id' END,
+			CASE WHEN c.claimed->'type' IS DISTINCT FROM to_jsonb(ev.type) THEN 'type' END,
+			CASE WHEN c.claimed->'key' IS DISTINCT FROM to_jsonb(ev.key) THEN 'key' END,
+			CASE WHEN coalesce(nullif(c.claimed->'tags', 'null'), '[]') IS DISTINCT FROM to_jsonb(ev.tags) THEN 'tags' END,
+			CASE WHEN c.claimed->'data' IS DISTINCT FROM ev.data THEN 'data' END,
+			CASE WHEN c.claimed->'metadata' IS DISTINCT FROM ev.metadata THEN 'metadata' END,
+			CASE WHEN c.claimed - '{global_sequence,event_id,type,key,tags,data,metadata,occurred_at}'::text[] <> '{}'
+				THEN 'fields of its own' END
+		], NULL), ', ') AS differs,
+		(` + riversql.EventEnvelope + `)::text AS envelope
+	FROM unnest($2::bigint[], $3::jsonb[]) WITH ORDINALITY AS c(seq, claimed, ord)
+	LEFT JOIN riverbus_event ev ON ev.global_sequence = c.seq
+	LEFT JOIN p ON true
+)
+SELECT EXISTS (SELECT 1 FROM p), (SELECT queue FROM p), (SELECT grouping FROM p), (SELECT ordering FROM p),
+	array_agg(found ORDER BY ord), array_agg(matches ORDER BY ord), array_agg(type ORDER BY ord),
+	array_agg(key ORDER BY ord), array_agg(txid ORDER BY ord), array_agg(occurred_at ORDER BY ord),
+	array_agg(differs ORDER BY ord), array_agg(envelope ORDER BY ord)
+FROM c`
