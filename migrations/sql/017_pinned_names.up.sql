@@ -28,10 +28,10 @@
 --     hot paths (riverbus_event_assign, the CHECK's riverbus_tags_valid,
 --     riverbus_lane_bucket) name every function and operator as
 --     pg_catalog.f or OPERATOR(pg_catalog.op) and every relation with its
---     schema, and keep no SET clause: a SET costs a save and restore of
---     the setting on every call (a 300,000-row insert: about 3 µs a row,
---     a fifth of the assign trigger's cost), and keeps a SQL function
---     from being inlined.
+--     schema, and keep no SET clause: a SET saves and restores the
+--     setting on every call, a share of a per-row trigger's cost that
+--     every append would pay, and keeps a SQL function from being
+--     inlined into its caller.
 -- migrations' TestFunctionsResolveOnlyTheirOwnNames checks every
 -- riverbus function is one or the other, and TestPlantedNamesAreNeverUsed
 -- runs each one in a session that planted a temporary table or sequence
