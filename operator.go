@@ -267,6 +267,33 @@ func (c *Client) HorizonRepair(ctx context.Context) (HorizonRepairResult, error)
 	return HorizonRepairResult{Created: r.Created, Horizon: r.Horizon}, err
 }
 
+// RenumberedEvent is an event SequenceRepair moved from Old to New.
+type RenumberedEvent struct {
+	Old, New int64
+}
+
+// SequenceRepair gives every event numbered above the sequence's last value
+// (the problem event_above_sequence: a number the assign trigger did not
+// hand out, such as one inserted with the trigger disabled) the sequence's
+// next number, lowest first, and returns what it moved, lowest first;
+// nothing else of an event changes. The horizon never passes such an event,
+// so each pool receives it once, at its new number, and the sequence goes
+// on from where it was however high the planted number was. It is refused
+// while the sequence is below the horizon (fix sequence_below_horizon
+// first), needs the schema owner's privileges and is safe while riverbus
+// runs.
+func (c *Client) SequenceRepair(ctx context.Context) ([]RenumberedEvent, error) {
+	moved, err := horizon.Renumber(ctx, c.db)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RenumberedEvent, len(moved))
+	for i, m := range moved {
+		out[i] = RenumberedEvent{Old: m.Old, New: m.New}
+	}
+	return out, nil
+}
+
 // Horizon returns the horizon: every event at or below it has committed or
 // never will, and pools have read (or are about to read) up to it.
 func (c *Client) Horizon(ctx context.Context) (int64, error) {

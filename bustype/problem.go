@@ -12,12 +12,13 @@ const (
 	ProblemAssignTriggerDisabled = "assign_trigger_disabled"
 	ProblemAssignTriggerChanged  = "assign_trigger_changed"
 	ProblemNotifyTriggerMissing  = "notify_trigger_missing"
+	ProblemEventAboveSequence    = "event_above_sequence"
 )
 
 // ProblemCodes lists every problem code, for metrics that report each.
 var ProblemCodes = []string{
 	ProblemAssignTriggerChanged, ProblemAssignTriggerDisabled, ProblemAssignTriggerMissing,
-	ProblemNotifyTriggerMissing, ProblemSequenceBelowHorizon, ProblemSequenceCache,
+	ProblemEventAboveSequence, ProblemNotifyTriggerMissing, ProblemSequenceBelowHorizon, ProblemSequenceCache,
 	ProblemSequenceCycle, ProblemSequenceIncrement,
 }
 

@@ -43,8 +43,10 @@ type rolesBundle struct {
 
 // setupRoles gives the test a fresh migrated database in which PUBLIC has
 // lost its default rights (USAGE and CREATE on the schema, EXECUTE on
-// functions), as a hardened installation would: what the roles can do there
-// they can do by their own grants.
+// functions, CONNECT and TEMPORARY on the database), as a hardened
+// installation would and README "Least privilege" says: what the roles can
+// do there they can do by their own grants, and the database grants CONNECT
+// to the two group roles, as the README's statements do.
 func setupRoles(t *testing.T) *rolesBundle {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
@@ -53,6 +55,8 @@ func setupRoles(t *testing.T) *rolesBundle {
 BEGIN
   EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', current_schema());
   EXECUTE format('REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', current_schema());
+  EXECUTE format('REVOKE CONNECT, TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
+  EXECUTE format('GRANT CONNECT ON DATABASE %I TO riverbus_app, riverbus_worker', current_database());
 END
 $$`)
 	require.NoError(t, err)
@@ -330,6 +334,10 @@ func TestAppRole(t *testing.T) {
 		`ALTER TABLE riverbus_event DISABLE TRIGGER riverbus_event_assign`,
 		`DROP TRIGGER riverbus_event_assign ON riverbus_event`,
 		`CREATE TABLE app_table (id int)`,
+		// Nor a temporary sequence or table, which a function resolving
+		// an unqualified name would find first (migration 017).
+		`CREATE TEMP SEQUENCE riverbus_event_global_sequence START 1000`,
+		`CREATE TEMP TABLE riverbus_pool (name text)`,
 	)
 }
 

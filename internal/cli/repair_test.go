@@ -55,3 +55,30 @@ func TestRepairHorizonAndProblemsInStatus(t *testing.T) {
 	require.Equal(t, "sequence_cache", st.Problems[0]["code"])
 	require.Equal(t, true, st.Problems[0]["blocks"])
 }
+
+// An event planted above the sequence: status reports it with the repair,
+// repair sequence renumbers it, and status is clean again.
+func TestRepairSequenceRenumbersPlantedEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	ok(t, run(t, dbURL, "pool", "create", "orders"))
+	r := ok(t, run(t, dbURL, "repair", "sequence"))
+	require.Contains(t, r.stdout, "nothing to repair")
+
+	_, err = conn.Exec(ctx, `INSERT INTO riverbus_event (type, data) VALUES ('t', '{}');
+		ALTER TABLE riverbus_event DISABLE TRIGGER riverbus_event_assign;
+		INSERT INTO riverbus_event (global_sequence, transaction_id, type, data) VALUES (9223372036854775000, pg_current_xact_id(), 't', '{}');
+		ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_assign`)
+	require.NoError(t, err)
+	r = ok(t, run(t, dbURL, "status"))
+	require.Contains(t, r.stdout, "PROBLEM event_above_sequence")
+	require.Contains(t, r.stdout, "riverbus repair sequence")
+	r = ok(t, run(t, dbURL, "repair", "sequence"))
+	require.Contains(t, r.stdout, "event 9223372036854775000 is now 2")
+	r = ok(t, run(t, dbURL, "status"))
+	require.NotContains(t, r.stdout, "PROBLEM")
+}

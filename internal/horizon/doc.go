@@ -146,6 +146,22 @@ package horizon
 // (a committed event in a range is late whatever the sequence does). When
 // the sequence is below the horizon the round does not move at all: the
 // new events get numbers at or below the horizon, and moving on would only
-// hide that. Service logs each problem at ERROR with its fix, and
+// hide that.
+//
+// Every event's number must also come from the sequence: an event numbered
+// above the sequence's last value (inserted with the trigger disabled or
+// in replica mode; before migration 017, through a temporary sequence of
+// the sequence's name, which the trigger then found first) is a number the
+// sequence will still hand out. Passing it would make every number below
+// it a gap that no running writer holds, "proven" dead while the sequence
+// has yet to give those numbers to the next appends. So the round reads
+// visible sequences only up to the sequence's last value, read after its
+// snapshot (every event that took its number from the sequence is at or
+// below it), and reports the rest (event_above_sequence). The proof is
+// untouched for everything below: no number above the last value was
+// handed out by the sequence, so none is in any gap. Renumber gives such
+// events numbers from the sequence.
+//
+// Service logs each problem at ERROR with its fix, and
 // CheckAssumptions, Status.Problems, `riverbus status` and the
 // riverbus_horizon_problem metric show it.

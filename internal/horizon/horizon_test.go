@@ -458,3 +458,142 @@ func TestRepairHorizonValue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(33), repair(), "never below a late event")
 }
+
+// plantEvents inserts events at the given sequence numbers, bypassing the
+// assign trigger as only the owner can (on code before migration 017 an
+// application login did the same with a temporary sequence of the
+// sequence's name).
+func plantEvents(t *testing.T, db *pgxpool.Pool, seqs ...int64) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `ALTER TABLE riverbus_event DISABLE TRIGGER riverbus_event_assign`); err != nil {
+			return err
+		}
+		for _, s := range seqs {
+			if _, err := tx.Exec(ctx, `INSERT INTO riverbus_event (global_sequence, transaction_id, type, data)
+				VALUES ($1, pg_current_xact_id(), 't', '{"planted": true}')`, s); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_assign`)
+		return err
+	}))
+}
+
+// An event numbered above the sequence's last value did not get its number
+// from the trigger. The horizon never passes it (passing it would make
+// every number below it a "proven" gap, and the sequence hands those out
+// next), reports it, and events below it keep flowing, rolled-back gaps
+// among them.
+func TestEventAboveSequenceIsHeldAndReported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
+	logs := &logBuffer{}
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelError}))})
+	var seqs []int64
+	for range 3 {
+		seqs = append(seqs, appendEvent(t, b.db, "t"))
+	}
+	const near63 = int64(9223372036854775000)
+	plantEvents(t, b.db, 1000, near63)
+	for range 3 {
+		seqs = append(seqs, appendEvent(t, b.db, "t"))
+	}
+	// A rolled-back writer below the planted events: its gap is proven as
+	// usual.
+	txA, _ := openWriter(t, b.db)
+	require.NoError(t, txA.Rollback(ctx))
+	seqs = append(seqs, appendEvent(t, b.db, "t"))
+	top := seqs[len(seqs)-1]
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		pass(t, f)
+		return status(t, b.db).Horizon == top
+	}, "horizon at the last event from the sequence")
+	for range 3 {
+		res := pass(t, f)
+		require.Equal(t, top, res.Horizon.Horizon, "the horizon passed an event above the sequence")
+	}
+	c, _ := jobs(t, b.db, "pp")
+	want := map[int64]int{}
+	for _, s := range seqs {
+		want[s] = 1
+	}
+	require.Equal(t, want, c, "every event from the sequence once, no planted one")
+
+	ps, err := horizon.CheckAssumptions(ctx, b.db)
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	require.Equal(t, horizon.ProblemEventAboveSequence, ps[0].Code)
+	require.Contains(t, ps[0].Detail, "1000")
+	require.Contains(t, ps[0].Detail, "9223372036854775000")
+	require.Contains(t, ps[0].Fix, "riverbus repair sequence")
+	h := status(t, b.db)
+	require.Len(t, h.Problems, 1)
+	require.Equal(t, horizon.ProblemEventAboveSequence, h.Problems[0].Code)
+	require.Contains(t, logs.String(), "problem=event_above_sequence")
+}
+
+// The repair of planted numbers: each event above the sequence gets the
+// sequence's next number, so the pools receive it once, the sequence goes
+// on from where it was (a number near 2^63 exhausts nothing), and appends
+// keep working.
+func TestRenumberRecoversPlantedEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	createPool(t, b.db, bustype.PoolParams{Name: "pp"})
+	createPool(t, b.db, bustype.PoolParams{Name: "keyed", Ordering: bustype.OrderingKey})
+	f := newFanout(t, b.db, fanout.Config{GapTimeout: time.Hour})
+	var seqs []int64
+	for range 3 {
+		seqs = append(seqs, appendEvent(t, b.db, "t"))
+	}
+	const near63 = int64(9223372036854775000)
+	plantEvents(t, b.db, 1000, near63)
+	seqs = append(seqs, appendEvent(t, b.db, "t"))
+	for range 3 {
+		pass(t, f)
+		require.Equal(t, seqs[3], status(t, b.db).Horizon, "the horizon passed a planted event")
+	}
+
+	// Refused while the sequence is below the horizon: its numbers would be
+	// ones no pool reads.
+	_, err := b.db.Exec(ctx, `SELECT setval('riverbus_event_global_sequence', 1)`)
+	require.NoError(t, err)
+	_, err = horizon.Renumber(ctx, b.db)
+	require.ErrorContains(t, err, "below the horizon")
+	_, err = b.db.Exec(ctx, `SELECT setval('riverbus_event_global_sequence', $1)`, seqs[3])
+	require.NoError(t, err)
+
+	moved, err := horizon.Renumber(ctx, b.db)
+	require.NoError(t, err)
+	require.Equal(t, []horizon.Renumbered{{Old: 1000, New: seqs[3] + 1}, {Old: near63, New: seqs[3] + 2}}, moved)
+	again, err := horizon.Renumber(ctx, b.db)
+	require.NoError(t, err)
+	require.Empty(t, again)
+	// They keep what they were; only the number changed.
+	require.Equal(t, int64(2), count(t, b.db, `SELECT count(*) FROM riverbus_event WHERE data = '{"planted": true}' AND global_sequence = ANY($1)`,
+		[]int64{seqs[3] + 1, seqs[3] + 2}))
+
+	seqs = append(seqs, seqs[3]+1, seqs[3]+2)
+	next := appendEvent(t, b.db, "t")
+	require.Equal(t, seqs[3]+3, next, "the sequence goes on from where it was")
+	seqs = append(seqs, next)
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		pass(t, f)
+		return status(t, b.db).Horizon == next
+	}, "horizon past the renumbered events")
+	require.Empty(t, status(t, b.db).Problems)
+	for _, pool := range []string{"pp", "keyed"} {
+		c, _ := jobs(t, b.db, pool)
+		want := map[int64]int{}
+		for _, s := range seqs {
+			want[s] = 1
+		}
+		require.Equal(t, want, c, pool)
+	}
+}

@@ -27,6 +27,7 @@ const (
 	ProblemAssignTriggerDisabled = bustype.ProblemAssignTriggerDisabled
 	ProblemAssignTriggerChanged  = bustype.ProblemAssignTriggerChanged
 	ProblemNotifyTriggerMissing  = bustype.ProblemNotifyTriggerMissing
+	ProblemEventAboveSequence    = bustype.ProblemEventAboveSequence
 )
 
 // ProblemCodes lists every problem code, for metrics that report each.
@@ -44,20 +45,24 @@ var problemTexts = map[string]struct {
 		"ALTER SEQUENCE riverbus_event_global_sequence NO CYCLE", true},
 	ProblemSequenceBelowHorizon: {"riverbus_event_global_sequence hands out numbers at or below the horizon (setval backwards, or a damaged horizon): no pool reads events numbered there; the horizon does not move.",
 		"SELECT setval('riverbus_event_global_sequence', greatest((SELECT max(global_sequence) FROM riverbus_event), (SELECT horizon FROM riverbus_horizon))); " +
-			"events appended meanwhile are at or below the horizon: redeliver them with riverbus pool reset (README, \"What riverbus requires of the sequence\")", true},
+			"events appended meanwhile are at or below the horizon: redeliver them with riverbus pool reset (README, \"What riverbus requires of the sequence\"). " +
+			"Never set it to an event the sequence never handed out (far above the rest, say near 2^63): that exhausts the sequence (README, same section)", true},
 	ProblemAssignTriggerMissing: {"riverbus_event has no trigger riverbus_event_assign: inserters choose the sequence and transaction id; the horizon proves and skips no gap.",
 		"run riverbus migrate on a database where the trigger exists, or recreate it as migration 001 does", true},
 	ProblemAssignTriggerDisabled: {"the trigger riverbus_event_assign is disabled: inserters choose the sequence and transaction id; the horizon proves and skips no gap.",
 		"ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_assign", true},
 	ProblemAssignTriggerChanged: {"the trigger riverbus_event_assign or its function is not the one riverbus created: the order xid-then-sequence is not guaranteed; the horizon proves and skips no gap.",
 		"restore riverbus_event_assign() and its trigger as migration 001 creates them", true},
+	ProblemEventAboveSequence: {"events are numbered above riverbus_event_global_sequence's last value: they did not get their numbers from the assign trigger (a row inserted with the trigger disabled or in replica mode; before migration 017, a temporary sequence of the same name); the horizon stops below them, reports them and delivers them to no pool, and the sequence would hand out their numbers again.",
+		"riverbus repair sequence, as the schema owner (SELECT * FROM riverbus_event_renumber()): gives each one the sequence's next number, and the pools receive it once", false},
 	ProblemNotifyTriggerMissing: {"riverbus_event has no enabled trigger riverbus_event_notify: new events wait for the poll interval (no effect on correctness).",
 		"ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_notify, or recreate it as migration 001 does", false},
 }
 
-// ProblemBlocks reports whether the problem with code holds the horizon
-// (every one but a missing notify trigger, and any code this version does
-// not know).
+// ProblemBlocks reports whether the problem with code stops the horizon
+// from proving and skipping gaps (every one but a missing notify trigger
+// and events above the sequence, which hold only themselves, and any code
+// this version does not know).
 func ProblemBlocks(code string) bool {
 	t, ok := problemTexts[code]
 	return !ok || t.blocks

@@ -21,13 +21,21 @@ const (
 	// catalog lookups by key). It is sent in the same round trip as the
 	// try-lock, and returns no row unless that got the lock: being a later
 	// statement, its snapshot is taken with the lock held.
+	//
+	// The visible sequences stop at the sequence's last value, read after
+	// the snapshot (a later read in the same statement): every event that
+	// got its number from the sequence is at or below it, and an event
+	// above it did not (ProblemEventAboveSequence), so the horizon neither
+	// passes it nor treats the numbers below it as a gap it could prove.
 	sqlHorizonRead = `WITH snap AS (SELECT pg_current_snapshot() AS s),
 h AS (SELECT (SELECT horizon FROM riverbus_horizon) AS horizon),
 a AS MATERIALIZED (` + sqlAssumptions + `)
 SELECT h.horizon,
 	pg_snapshot_xmax(snap.s)::text,
 	ARRAY(SELECT x::text FROM pg_snapshot_xip(snap.s) AS x),
-	ARRAY(SELECT e.global_sequence FROM riverbus_event e WHERE e.global_sequence > h.horizon ORDER BY e.global_sequence LIMIT $1),
+	ARRAY(SELECT e.global_sequence FROM riverbus_event e
+		WHERE e.global_sequence > h.horizon AND e.global_sequence <= (` + sqlSequenceLast + `)
+		ORDER BY e.global_sequence LIMIT $1),
 	ARRAY(SELECT g.first_sequence FROM riverbus_gap g ORDER BY g.first_sequence),
 	ARRAY(SELECT g.last_sequence FROM riverbus_gap g ORDER BY g.first_sequence),
 	ARRAY(SELECT g.xid_bound::text FROM riverbus_gap g ORDER BY g.first_sequence),
@@ -51,19 +59,19 @@ WHERE current_setting('riverbus.round') = 'true'`
 	// sequences just above it that this statement sees committed without
 	// a hole ($1 at most), which needs no proof (DESIGN.md §2), unless
 	// the round did not get the lock or the sequence is below the horizon
-	// (sequence_below_horizon, which freezes the horizon). The gap rows
-	// the run passes go. It returns the new horizon, or no row when it did
-	// not move.
+	// (sequence_below_horizon, which freezes the horizon). Like the read,
+	// it stops at the sequence's last value (event_above_sequence). The gap
+	// rows the run passes go. It returns the new horizon, or no row when
+	// it did not move.
 	sqlHorizonFast = `WITH h AS (
-	SELECT r.horizon FROM riverbus_horizon r
-	WHERE current_setting('riverbus.round') = 'true'
-		AND NOT EXISTS (SELECT 1 FROM riverbus_event_global_sequence q
-			WHERE CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END < r.horizon)
+	SELECT r.horizon, q.last FROM riverbus_horizon r, (` + sqlSequenceLast + `) q(last)
+	WHERE current_setting('riverbus.round') = 'true' AND q.last >= r.horizon
 ),
 run AS (
 	SELECT max(e.s) AS top FROM h, LATERAL (
 		SELECT v.global_sequence AS s, row_number() OVER (ORDER BY v.global_sequence) AS n
-		FROM riverbus_event v WHERE v.global_sequence > h.horizon ORDER BY v.global_sequence LIMIT $1
+		FROM riverbus_event v WHERE v.global_sequence > h.horizon AND v.global_sequence <= h.last
+		ORDER BY v.global_sequence LIMIT $1
 	) e WHERE e.s = h.horizon + e.n
 ),
 d AS (DELETE FROM riverbus_gap WHERE last_sequence <= (SELECT run.top FROM run))
@@ -79,7 +87,21 @@ RETURNING run.top`
 	// calling riverbus_event_assign, enabled (O: fires except for sessions
 	// in replica mode, A: always), and the function's body must be the one
 	// migration 001 created (assignFunctionMD5).
-	sqlAssumptions = `SELECT 'sequence_cache' AS code, format('CACHE %s', q.seqcache) AS detail
+	//
+	// event_above_sequence: events numbered above the sequence's last value
+	// (read after the statement's snapshot, so no event that got its number
+	// from the sequence is counted). Not while the sequence is below the
+	// horizon: events above it are then those of a setval backwards, and
+	// sequence_below_horizon says so. One probe of the primary key: there
+	// are none.
+	sqlAssumptions = `SELECT 'event_above_sequence' AS code,
+	format('%s event(s) numbered %s to %s, above the sequence''s last value %s', count(*), min(e.global_sequence),
+		max(e.global_sequence), min(q.last)) AS detail
+	FROM (` + sqlSequenceLast + `) q(last), riverbus_horizon r, riverbus_event e
+	WHERE q.last >= r.horizon AND e.global_sequence > q.last
+	HAVING count(*) > 0
+UNION ALL
+SELECT 'sequence_cache', format('CACHE %s', q.seqcache)
 	FROM pg_catalog.pg_sequence q WHERE q.seqrelid = 'riverbus_event_global_sequence'::regclass AND q.seqcache <> 1
 UNION ALL
 SELECT 'sequence_increment', format('INCREMENT BY %s', q.seqincrement)
@@ -102,17 +124,28 @@ SELECT 'assign_trigger_disabled', format('tgenabled %s', t.tgenabled)
 UNION ALL
 SELECT 'assign_trigger_changed', format('trigger calls %s, type %s', t.tgfoid::regproc, t.tgtype)
 	FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+		JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 	WHERE t.tgrelid = 'riverbus_event'::regclass AND t.tgname = 'riverbus_event_assign'
-		AND (p.proname <> 'riverbus_event_assign' OR t.tgtype <> 7 OR md5(p.prosrc) <> '` + assignFunctionMD5 + `')
+		AND (p.proname <> 'riverbus_event_assign' OR t.tgtype <> 7 OR p.proconfig IS NOT NULL
+			OR md5(replace(p.prosrc, quote_literal(format('%I.riverbus_event_global_sequence', n.nspname)),
+				'''riverbus_event_global_sequence''')) <> '` + assignFunctionMD5 + `')
 UNION ALL
 SELECT 'notify_trigger_missing', 'no enabled trigger riverbus_event_notify on riverbus_event'
 	WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
 		WHERE t.tgrelid = 'riverbus_event'::regclass AND t.tgname = 'riverbus_event_notify' AND t.tgenabled IN ('O', 'A'))`
 
 	// assignFunctionMD5 is md5(prosrc) of riverbus_event_assign as
-	// migration 001 creates it. A migration that changes the function
-	// changes this constant (TestAssumptionsHoldOnFreshDatabase).
-	assignFunctionMD5 = "fb8c21ec5524b5b17d70d51ea9d7e1d6"
+	// migration 017 creates it, with the sequence's name, which 017
+	// qualifies with the schema riverbus was installed in, written
+	// unqualified: the same in every schema. A migration that changes the
+	// function changes this constant (TestAssumptionsHoldOnFreshDatabase).
+	// The function has no SET clause (017 says why); one there is a change
+	// too.
+	assignFunctionMD5 = "5aa57c9006cfe99fab3bcc42f53e85e9"
+
+	// sqlSequenceLast is the last number riverbus_event_global_sequence
+	// handed out (0 before the first).
+	sqlSequenceLast = `SELECT CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END FROM riverbus_event_global_sequence q`
 
 	sqlAssumptionsList = `SELECT code, detail FROM (` + sqlAssumptions + `) a ORDER BY code`
 
@@ -252,6 +285,10 @@ SELECT count(*) FROM r`
 	(SELECT count(*) FROM riverbus_skipped),
 	(SELECT count(*) FROM riverbus_late)
 FROM riverbus_horizon`
+
+	// The repair of events numbered above the sequence (migration 017's
+	// function, which runs in a transaction of its own).
+	sqlRenumber = `SELECT old_sequence, new_sequence FROM riverbus_event_renumber()`
 
 	// The repair of a missing horizon row (RepairHorizon explains the
 	// value). ON CONFLICT: an existing row is left alone, whatever a

@@ -98,3 +98,34 @@ func Repair(ctx context.Context, db database.DB) (RepairResult, error) {
 	}
 	return res, fmt.Errorf("repair horizon: %w", err)
 }
+
+// Renumbered is an event Renumber moved from Old to New.
+type Renumbered struct {
+	Old, New int64
+}
+
+// Renumber gives every event numbered above the sequence's last value (the
+// problem event_above_sequence: a number that did not come from the assign
+// trigger) the sequence's next number, lowest first, and returns what it
+// moved; nothing else of the event changes. The horizon never passed such
+// an event, so its pools receive it once, at its new number, and the
+// sequence goes on from where it was however high the planted number. It
+// takes the transaction's id before the first new number, as the assign
+// trigger does (DESIGN.md §1), and is refused while the sequence is below
+// the horizon (new numbers would be ones no pool reads). It needs UPDATE
+// on riverbus_event: the schema owner's. It is safe while riverbus runs.
+func Renumber(ctx context.Context, db database.DB) ([]Renumbered, error) {
+	rows, err := db.Query(ctx, sqlRenumber)
+	if err != nil {
+		return nil, fmt.Errorf("renumber events: %w", err)
+	}
+	moved, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Renumbered, error) {
+		var r Renumbered
+		err := row.Scan(&r.Old, &r.New)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renumber events: %w", err)
+	}
+	return moved, nil
+}
