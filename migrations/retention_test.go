@@ -13,6 +13,7 @@ import (
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // Migration 015: a worker login applies the retention policy through the
@@ -167,4 +168,50 @@ $$`,
 	ran, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Empty(t, ran, "the planted operator ran as these roles")
+}
+
+// Migration 019 on a log that has events: it rewrites none of them. An
+// event appended before it has no appended_at and keeps by the earlier of
+// its occurred_at and the migration, so old history goes as it did, and an
+// old event claiming to occur in 2099 is held a keep period after the
+// upgrade, not until 2099. Events appended afterwards are stamped.
+func TestAppendedAtOnAnExistingLog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migratedBelow(t, 19)
+	for _, occurred := range []string{"2000-01-01", "2099-01-01", "now"} {
+		_, err := db.Exec(ctx, `INSERT INTO riverbus_event (type, data, occurred_at) VALUES ('before.upgrade', '{}', $1::timestamptz)`, occurred)
+		require.NoError(t, err)
+	}
+	before := time.Now()
+	res, err := migrations.Up(ctx, db)
+	require.NoError(t, err)
+	require.Contains(t, res.Riverbus, 19)
+	_, err = db.Exec(ctx, `INSERT INTO riverbus_event (type, data, occurred_at) VALUES ('after.upgrade', '{}', '2099-01-01')`)
+	require.NoError(t, err)
+
+	var unstamped, stamped int
+	var since time.Time
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE appended_at IS NULL), count(appended_at),
+		(SELECT appended_at_since FROM riverbus_retention) FROM riverbus_event`).Scan(&unstamped, &stamped, &since))
+	require.Equal(t, 3, unstamped, "the events before the upgrade are not rewritten")
+	require.Equal(t, 1, stamped)
+	require.WithinDuration(t, before, since, time.Minute)
+
+	_, err = db.Exec(ctx, `UPDATE riverbus_horizon SET horizon = 4`)
+	require.NoError(t, err)
+	_, _, err = pools.Create(ctx, db, bustype.PoolParams{Name: "orders", From: bustype.FromSequence(4)})
+	require.NoError(t, err)
+	_, err = retention.SetPolicy(ctx, db, true, time.Hour)
+	require.NoError(t, err)
+	plan, err := retention.Trim(ctx, db, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), plan.Through, "the event of 2000 goes; the one of 2099 is kept an hour after the upgrade: %+v", plan)
+	require.Equal(t, bustype.RetentionStopKeep, plan.StoppedBy)
+
+	later := time.Now().Add(2 * time.Hour)
+	plan, err = retention.Trim(ctx, db, &retention.Opts{Now: func() time.Time { return later }})
+	require.NoError(t, err)
+	require.Equal(t, int64(4), plan.Through, "%+v", plan)
+	require.Equal(t, bustype.RetentionStopFloor, plan.StoppedBy)
 }

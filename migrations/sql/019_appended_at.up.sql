@@ -61,11 +61,25 @@ ALTER TABLE riverbus_retention ALTER COLUMN appended_at_since SET NOT NULL;
 -- pinned to pg_catalog, pg_temp and name every object with its schema, so
 -- nothing a caller or PUBLIC can create, in pg_temp or in a schema PUBLIC may
 -- write, stands in for what they use.
+--
+-- The step takes riverbus_retention_lock where the step it replaces takes
+-- it: the table may have moved since 015 (to a schema of riverbus's own,
+-- out of reach of other logins), and its name is read from the current
+-- definition and resolved, not assumed.
 DO $do$
 DECLARE
   s text := (SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
              WHERE c.oid = 'riverbus_event'::regclass);
+  step regprocedure := 'riverbus_retention_step(bigint, timestamptz, interval, integer, boolean)'::regprocedure;
+  locked text[] := pg_catalog.regexp_match(pg_catalog.pg_get_functiondef(step),
+    'LOCK TABLE\s+((?:(?:"[^"]+"|[A-Za-z0-9_$]+)\.)?riverbus_retention_lock)\M');
+  lock_table text := (SELECT format('%I.%I', n.nspname, c.relname)
+                      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                      WHERE c.oid = pg_catalog.to_regclass(locked[1]));
 BEGIN
+  IF lock_table IS NULL THEN
+    RAISE EXCEPTION 'migration 019: riverbus_retention_step takes no lock on a riverbus_retention_lock that exists (found %)', locked;
+  END IF;
   EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION %1$I.riverbus_retention_holds() RETURNS TABLE (rule text, holder text, floor bigint)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
@@ -113,7 +127,7 @@ BEGIN
   IF p_apply THEN
     -- Before anything is read: the statements below then see every pool
     -- create or reset that committed before the lock was granted.
-    LOCK TABLE %1$I.riverbus_retention_lock IN SHARE ROW EXCLUSIVE MODE;
+    LOCK TABLE %2$s IN SHARE ROW EXCLUSIVE MODE;
     SELECT * INTO pol FROM %1$I.riverbus_retention;
     v_keep := CASE WHEN pol.enabled THEN pol.keep END;
     v_from := pol.trimmed_through;
@@ -193,6 +207,6 @@ BEGIN
   RETURN QUERY SELECT v_from, GREATEST(v_through, v_from), v_deleted, oldest_at, newest_at, v_floor, v_why;
 END
 $fn$;
-$sql$, s);
+$sql$, s, lock_table);
 END
 $do$;
