@@ -8,13 +8,15 @@
 -- appended_at is stamped by a trigger, as global_sequence and
 -- transaction_id are (001): whatever an INSERT or COPY supplies is
 -- overwritten, so every path follows the rule. Its value is the appending
--- transaction's start, the database's transaction_timestamp(), because
+-- transaction's start, the database's transaction_timestamp(), rather
+-- than statement_timestamp(), because
 --   * it is occurred_at's default: for an application that leaves
---     occurred_at alone, the keep period means what it meant before;
---   * every event of a transaction gets the same one, so the keep period
---     never cuts a transaction in two (a statement's timestamp would, across
---     the statements of one transaction);
---   * it is read once per transaction, not per row or per statement.
+--     occurred_at alone, the keep period means exactly what it meant
+--     before, and the events of before this migration (below) keep by the
+--     same time as those after;
+--   * the events of a transaction, which become visible together, get one
+--     time, whatever statements appended them.
+-- Neither reads a clock per row (clock_timestamp() would).
 -- A transaction held open makes its events look older than their commit,
 -- never younger: at worst they go as soon as every pool has passed them,
 -- never before (the floor still holds them), and nobody can hold the log
