@@ -5,11 +5,15 @@ package riverbus
 
 const (
 	// The last sequence handed out, the highest one committed (an index
-	// probe of the primary key, whatever the table's size) and the
-	// database's clock.
+	// probe of the primary key, whatever the table's size), the database's
+	// clock, and when the first event in the log was appended (the time
+	// retention's keep period runs on, migration 019; an event appended
+	// before that migration has none: the earlier of its occurred_at and
+	// the migration).
 	sqlStatusSequences = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END,
 	coalesce((SELECT max(global_sequence) FROM riverbus_event), 0), now(),
-	(SELECT occurred_at FROM riverbus_event ORDER BY global_sequence LIMIT 1)
+	(SELECT coalesce(e.appended_at, LEAST(e.occurred_at, r.appended_at_since)) FROM riverbus_event e, riverbus_retention r
+	 ORDER BY e.global_sequence LIMIT 1)
 FROM riverbus_event_global_sequence`
 
 	// Only the kinds that are pools: river_job may hold other jobs.

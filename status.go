@@ -64,8 +64,10 @@ type Status struct {
 	RetentionEventsTrimmed  int64 `json:"retention_events_trimmed_total"`
 	// RetentionEnabled and RetentionKeepSeconds are the retention policy
 	// (README "Event retention"); OldestEventAgeSeconds is how long ago,
-	// by the database's clock, the oldest event still in the log occurred
-	// (0 when the log is empty). With a policy set, an oldest event far
+	// by the database's clock, the oldest event still in the log was
+	// appended (0 when the log is empty): the time the keep period runs on,
+	// which no appender chooses, so an event claiming to occur in the
+	// future ages like any other. With a policy set, an oldest event far
 	// older than the keep period means something holds retention back
 	// (`riverbus retention` names it).
 	RetentionEnabled      bool    `json:"retention_enabled"`

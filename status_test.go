@@ -122,7 +122,9 @@ func TestStatusRetentionAndOldestEvent(t *testing.T) {
 	require.False(t, st.RetentionEnabled)
 	require.Zero(t, st.OldestEventAgeSeconds, "an empty log has no oldest event")
 
-	_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`),
+	// An import's event: it claims to have occurred 50 hours ago, but it
+	// was appended just now, and that is its age.
+	first, err := outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`),
 		OccurredAt: time.Now().Add(-50 * time.Hour)})
 	require.NoError(t, err)
 	_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`)})
@@ -134,5 +136,36 @@ func TestStatusRetentionAndOldestEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.RetentionEnabled)
 	require.Equal(t, (24 * time.Hour).Seconds(), st.RetentionKeepSeconds)
+	require.Less(t, st.OldestEventAgeSeconds, float64(600), "appended just now, whatever its occurred_at says")
+
+	// 50 hours pass for the first event (only the owner can rewrite when
+	// an event was appended).
+	_, err = b.db.Exec(ctx, `UPDATE riverbus_event SET appended_at = appended_at - interval '50 hours' WHERE global_sequence = $1`, first[0].GlobalSequence)
+	require.NoError(t, err)
+	st, err = admin.Status(ctx)
+	require.NoError(t, err)
 	require.InDelta(t, (50 * time.Hour).Seconds(), st.OldestEventAgeSeconds, 600, "the first event's age, not the last's")
+}
+
+// The oldest event's age is how long ago the database appended it, which
+// its appender cannot choose: an event claiming to occur in 2099 at the
+// head of the log still ages, so RiverbusRetentionHeld can fire while it
+// holds retention back (it used to read 0 for good).
+func TestStatusOldestEventAgeIgnoresOccurredAt(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	admin, err := riverbus.NewClient(b.db, nil)
+	require.NoError(t, err)
+	for _, at := range []time.Time{time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), {}} {
+		_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`), OccurredAt: at})
+		require.NoError(t, err)
+	}
+
+	var st *riverbus.Status
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		st, err = admin.Status(ctx)
+		require.NoError(t, err)
+		return st.OldestEventAgeSeconds >= 1
+	}, "the oldest event's age, by the database's clock, to reach 1s")
+	require.Less(t, st.OldestEventAgeSeconds, float64(600), "its age since it was appended, not until 2099")
 }

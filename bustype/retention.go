@@ -8,8 +8,9 @@ import "time"
 type RetentionPolicy struct {
 	// Enabled is false until a policy is set: nothing is ever deleted.
 	Enabled bool
-	// Keep is how long events are kept after they occurred (occurred_at).
-	// Zero: until every pool has passed them ("until consumed"). Whatever
+	// Keep is how long events are kept after they were appended, by the
+	// database's clock (riverbus_event.appended_at, which the database sets
+	// whatever the appender supplies; occurred_at plays no part). Zero: until every pool has passed them ("until consumed"). Whatever
 	// Keep says, an event still needed by a pool, the horizon, a late event
 	// or a dead letter is kept (RetentionHold).
 	Keep time.Duration
@@ -55,8 +56,9 @@ const (
 )
 
 // RetentionPlan is what retention removes (a dry run) or removed: the
-// events in (From, Through], their count and their oldest and newest
-// occurred_at (nil when there are none).
+// events in (From, Through], their count and when the oldest and the newest
+// of them were appended, the time the keep period runs on (nil when there
+// are none).
 type RetentionPlan struct {
 	Policy  RetentionPolicy
 	From    int64

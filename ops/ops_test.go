@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/riverbus/riverbus/internal/metrics"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/retention"
 )
 
 const (
@@ -504,4 +506,73 @@ func TestREADMEAlertTable(t *testing.T) {
 		got = append(got, m[1]+" "+m[2])
 	}
 	require.Equal(t, want, got, "README.md's alert table (Dashboards and alerts)")
+}
+
+// RiverbusRetentionHeld fires on what riverbus exports when an event that
+// claims to occur in 2099 heads the log: the oldest event's age runs on the
+// database's append time, so such an event ages like any other (it used to
+// read 0, and the alert could never fire). The alert's own expression is
+// evaluated by promtool on the series scraped from the registry.
+func TestRetentionHeldSeesAFutureOccurredAt(t *testing.T) {
+	t.Parallel()
+	promtool(t)
+	ctx := t.Context()
+	db := pgtest.NewPool(t)
+	_, err := retention.SetPolicy(ctx, db, true, time.Hour)
+	require.NoError(t, err)
+	for _, occurred := range []string{"2099-01-01", "now"} {
+		_, err := db.Exec(ctx, `INSERT INTO riverbus_event (type, data, occurred_at) VALUES ('thing.happened', '{}', $1::timestamptz)`, occurred)
+		require.NoError(t, err)
+	}
+	// Two days pass (only the owner can rewrite when an event was appended).
+	_, err = db.Exec(ctx, `UPDATE riverbus_event SET appended_at = appended_at - interval '2 days'`)
+	require.NoError(t, err)
+
+	reg := metrics.NewRegistry(db, &metrics.CollectorOpts{MaxAge: -1, Timeout: time.Minute})
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	scraped := map[string]float64{}
+	for _, f := range families {
+		if m := f.GetMetric(); len(m) == 1 && m[0].GetGauge() != nil {
+			scraped[f.GetName()] = m[0].GetGauge().GetValue()
+		}
+	}
+	age := scraped["riverbus_oldest_event_age_seconds"]
+	require.InDelta(t, (48 * time.Hour).Seconds(), age, 600, "the oldest event was appended two days ago")
+
+	var expr string
+	for _, g := range readRules(t, readFile(t, rulesFile)).Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "RiverbusRetentionHeld" {
+				expr = r.Expr
+			}
+		}
+	}
+	require.NotEmpty(t, expr, "RiverbusRetentionHeld in %s", rulesFile)
+	value := func(name string) string {
+		v, ok := scraped[name]
+		require.True(t, ok, "%s is exported", name)
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	var series []map[string]string
+	for _, name := range []string{"riverbus_oldest_event_age_seconds", "riverbus_retention_keep_seconds", "riverbus_retention_enabled"} {
+		series = append(series, map[string]string{"series": name + `{job="riverbus",instance="a:9090"}`, "values": value(name) + "x10"})
+	}
+	test := map[string]any{
+		"evaluation_interval": "1m",
+		"tests": []map[string]any{{
+			"interval":     "1m",
+			"input_series": series,
+			"promql_expr_test": []map[string]any{{
+				"expr":        expr,
+				"eval_time":   "5m",
+				"exp_samples": []map[string]any{{"labels": `{job="riverbus"}`, "value": age}},
+			}},
+		}},
+	}
+	data, err := yaml.Marshal(test)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "held_test.yml"), data, 0o600))
+	runPromtool(t, dir, "test", "rules", "held_test.yml")
 }

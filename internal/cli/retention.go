@@ -106,8 +106,9 @@ func (a *app) retentionSetCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "set (--keep DURATION | --until-consumed | --off)",
 		Short: "Set the event retention policy (as the schema owner)",
-		Long: `--keep 720h keeps every event for 30 days after it occurred, and after that
-until every pool has passed it. --until-consumed deletes events as soon as
+		Long: `--keep 720h keeps every event for 30 days after it was appended (by the
+database's clock, whatever its occurred_at says), and after that until every
+pool has passed it. --until-consumed deletes events as soon as
 every pool has passed them. --off deletes nothing (the default). Check what
 a policy would delete first with "riverbus retention --keep DURATION".`,
 		Example: `  riverbus retention set --keep 720h
@@ -141,7 +142,7 @@ a policy would delete first with "riverbus retention --keep DURATION".`,
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&keep, "keep", 0, "keep events this long after they occurred (e.g. 720h), then until consumed")
+	f.DurationVar(&keep, "keep", 0, "keep events this long after they were appended (e.g. 720h), then until consumed")
 	f.BoolVar(&untilConsumed, "until-consumed", false, "delete events once every pool has passed them")
 	f.BoolVar(&off, "off", false, "delete nothing")
 	return cmd
@@ -236,7 +237,7 @@ func (a *app) printRetention(w io.Writer, p *bustype.RetentionPlan) {
 	} else {
 		fmt.Fprintf(w, "%s %d events, sequences %d-%d", verb, p.Events, p.From+1, p.Through)
 		if p.Oldest != nil && p.Newest != nil {
-			fmt.Fprintf(w, ", occurred %s to %s", p.Oldest.Format(time.DateTime), p.Newest.Format(time.DateTime))
+			fmt.Fprintf(w, ", appended %s to %s", p.Oldest.Format(time.DateTime), p.Newest.Format(time.DateTime))
 		}
 	}
 	fmt.Fprintf(w, " (%d batches)\n", p.Batches)

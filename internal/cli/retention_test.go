@@ -36,7 +36,7 @@ func TestRetentionCommands(t *testing.T) {
 	require.Contains(t, r.stdout, "River job retention (this process's workers): completed 24h0m0s, cancelled 24h0m0s, discarded forever")
 
 	r = ok(t, run(t, dbURL, "retention", "--keep", "0s"))
-	require.Contains(t, r.stdout, "would delete 3 events, sequences 1-3")
+	require.Contains(t, r.stdout, "would delete 3 events, sequences 1-3, appended ")
 	require.Contains(t, r.stdout, "held by horizon")
 
 	r = run(t, dbURL, "retention", "set")

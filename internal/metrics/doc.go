@@ -44,7 +44,7 @@
 //	riverbus_retention_events_trimmed_total events deleted by event retention
 //	riverbus_retention_enabled            1 while a retention policy is set
 //	riverbus_retention_keep_seconds       the policy's keep period (0: until consumed)
-//	riverbus_oldest_event_age_seconds     how long ago the oldest event in the log occurred
+//	riverbus_oldest_event_age_seconds     how long ago the oldest event in the log was appended
 //
 // This process's fan-out (not read from the database; each process that
 // runs one reports its own):

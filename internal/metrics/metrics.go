@@ -49,7 +49,7 @@ var (
 	descRetentionEvents  = newDesc("retention_events_trimmed_total", "Events deleted by event retention.")
 	descRetentionEnabled = newDesc("retention_enabled", "1 while an event retention policy is set (riverbus retention set), else 0.")
 	descRetentionKeep    = newDesc("retention_keep_seconds", "The retention policy's keep period in seconds (0: until every pool has passed an event).")
-	descOldestEventAge   = newDesc("oldest_event_age_seconds", "How long ago (by the database's clock) the oldest event still in the log occurred; 0 when the log is empty.")
+	descOldestEventAge   = newDesc("oldest_event_age_seconds", "How long ago (by the database's clock) the oldest event still in the log was appended, whatever its occurred_at says; 0 when the log is empty.")
 
 	descPoolCursor     = newDesc("pool_cursor", "Every event at or below the cursor has been turned into a job of the pool or filtered out.", "pool")
 	descPoolCheckpoint = newDesc("pool_checkpoint", "Every job of the pool for an event at or below the checkpoint is finished (as last stored).", "pool")

@@ -33,9 +33,11 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 	return context.Background(), &testBundle{db: db, f: fanouttest.NewFanout(t, db, fanout.Config{BatchSize: 10_000})}
 }
 
-// appendEvents appends n events, each in a transaction of its own, with
-// occurred_at at base + i minutes (base zero: now()), and returns the last
-// sequence.
+// appendEvents appends n events, each in a transaction of its own, as if
+// event i had been appended at base + i minutes (base zero: now), and
+// returns the last sequence. Only the owner can rewrite appended_at, the
+// time the keep period runs on; occurred_at moves with it, as it would for
+// an application that leaves it to its default.
 func appendEvents(t *testing.T, db *pgxpool.Pool, n int, base time.Time) int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -44,7 +46,8 @@ func appendEvents(t *testing.T, db *pgxpool.Pool, n int, base time.Time) int64 {
 		require.NoError(t, db.QueryRow(ctx, `INSERT INTO riverbus_event (type, data) VALUES ('thing.happened', '{}') RETURNING global_sequence`).Scan(&last))
 	}
 	if !base.IsZero() {
-		_, err := db.Exec(ctx, `UPDATE riverbus_event SET occurred_at = $1::timestamptz + make_interval(mins => global_sequence::int)`, base)
+		_, err := db.Exec(ctx, `UPDATE riverbus_event SET appended_at = $1::timestamptz + make_interval(mins => global_sequence::int),
+			occurred_at = $1::timestamptz + make_interval(mins => global_sequence::int)`, base)
 		require.NoError(t, err)
 	}
 	return last
@@ -152,7 +155,7 @@ func TestFloorSlowestPoolAndKeep(t *testing.T) {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	fanouttest.CreatePool(t, b.db, bustype.PoolParams{Name: "fast"})
 	fanouttest.CreatePool(t, b.db, bustype.PoolParams{Name: "slow"})
-	appendEvents(t, b.db, 100, base) // event i occurred at base + i minutes
+	appendEvents(t, b.db, 100, base) // event i appended at base + i minutes
 	consume(t, b)
 	// slow still has the job of event 41 unfinished: its checkpoint is 40.
 	_, err := b.db.Exec(ctx, `UPDATE river_job SET state = 'retryable', finalized_at = NULL
@@ -162,7 +165,7 @@ func TestFloorSlowestPoolAndKeep(t *testing.T) {
 	require.NoError(t, err)
 
 	setPolicy(t, b.db, 30*time.Minute)
-	now := base.Add(60 * time.Minute) // keeps events that occurred after base+30m: 31 and up
+	now := base.Add(60 * time.Minute) // keeps events appended after base+30m: 31 and up
 	clock := func() time.Time { return now }
 
 	plan, err := retention.Trim(ctx, b.db, &retention.Opts{Now: clock})
@@ -285,7 +288,7 @@ func TestHorizonLateAndDeadLetterHolds(t *testing.T) {
 	require.Equal(t, int64(30), plan.Through)
 	require.Equal(t, "no pools", plan.HeldBy().Rule)
 	require.Equal(t, int64(31), minSequence(t, b.db))
-	exec(`UPDATE riverbus_event SET occurred_at = now() - interval '10 days'`)
+	exec(`UPDATE riverbus_event SET appended_at = now() - interval '10 days'`)
 	setPolicy(t, b.db, time.Hour)
 	plan, err = retention.Trim(ctx, b.db, nil)
 	require.NoError(t, err)
@@ -599,4 +602,50 @@ func TestAppendsDuringTrim(t *testing.T) {
 		require.Equal(t, 1, jobs[seq], "event %d", seq)
 	}
 	require.Equal(t, last-first, eventCount(t, b.db, 0))
+}
+
+// The keep period runs on when the database appended an event, never on the
+// occurred_at its appender chose: an event claiming to occur in 2099 does
+// not hold the log (and every event after it) until then, and history
+// imported with old times is kept as long as anything else appended now.
+func TestKeepPeriodRunsOnAppendTime(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	fanouttest.CreatePool(t, b.db, bustype.PoolParams{Name: "p1"})
+	for _, occurred := range []string{"2000-01-01", "2000-01-02", "2099-01-01", "now", "2000-01-03", "2099-06-01", "now"} {
+		_, err := b.db.Exec(ctx, `INSERT INTO riverbus_event (type, data, occurred_at) VALUES ('thing.happened', '{}', $1::timestamptz)`, occurred)
+		require.NoError(t, err)
+	}
+	consume(t, b)
+	setPolicy(t, b.db, time.Hour)
+
+	// Every event was appended just now: the keep period holds them all,
+	// whatever they claim about when they occurred.
+	plan, err := retention.Plan(ctx, b.db, nil)
+	require.NoError(t, err)
+	require.Equal(t, bustype.RetentionStopKeep, plan.StoppedBy, "%+v", plan)
+	require.Zero(t, plan.Events)
+	plan, err = retention.Trim(ctx, b.db, nil)
+	require.NoError(t, err)
+	require.Zero(t, plan.Events)
+	require.Equal(t, int64(7), eventCount(t, b.db, 0))
+
+	// Two hours on, every one of them is past the keep period: the 2099
+	// ones go with the rest, up to the floor.
+	later := time.Now().Add(2 * time.Hour)
+	clock := func() time.Time { return later }
+	plan, err = retention.Plan(ctx, b.db, &retention.Opts{Now: clock})
+	require.NoError(t, err)
+	require.Equal(t, int64(7), plan.Events, "%+v", plan)
+	// The plan reports when the events were appended, the time the keep
+	// period runs on, not the times their appenders claimed.
+	require.NotNil(t, plan.Oldest)
+	require.NotNil(t, plan.Newest)
+	require.WithinDuration(t, time.Now(), *plan.Oldest, 10*time.Minute)
+	require.WithinDuration(t, time.Now(), *plan.Newest, 10*time.Minute)
+	plan, err = retention.Trim(ctx, b.db, &retention.Opts{Now: clock})
+	require.NoError(t, err)
+	require.Equal(t, int64(7), plan.Through)
+	require.Equal(t, bustype.RetentionStopFloor, plan.StoppedBy)
+	require.Zero(t, eventCount(t, b.db, 0))
 }
