@@ -25,6 +25,7 @@ var qualifiedFunctions = map[string]bool{
 	"riverbus_event_assign": true,
 	"riverbus_tags_valid":   true,
 	"riverbus_lane_bucket":  true,
+	"riverbus_event_stamp":  true, // 019: per row, as the assign trigger
 }
 
 // riverbusFunctions lists every riverbus function of the database (by
