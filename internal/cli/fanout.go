@@ -37,6 +37,9 @@ A database outage is logged and retried with backoff.`,
 			}
 			defer db.Close()
 			if err := requireSchema(cmd.Context(), db, u); err != nil {
+				if cmd.Context().Err() != nil {
+					return nil // stopped while starting: a clean stop, as above
+				}
 				return err
 			}
 			a.logger.Info("fan-out started", "database", describeHost(u), "gap_timeout", a.cfg.GapTimeout,
