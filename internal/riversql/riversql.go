@@ -36,6 +36,14 @@ const NotifyInsert = `pg_notify(coalesce(current_schema() || '.', '') || 'river_
 // (text[]) and returns how many it sent.
 const NotifyInsertQueues = `SELECT count(` + NotifyInsert + `) FROM unnest($1::text[]) AS q(queue)`
 
+// EventArgs is the args of a pool job of one event, a bustype.EventJob
+// without late, built by the database from the event's row e: the
+// fan-out's jobs and the rebuilt dead letters (package deadletters) are
+// built with it, so an event's payload never has to leave the database.
+// envelope_test.go in internal/engine pins it to the bustype types.
+const EventArgs = `jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
+	'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata, 'occurred_at', e.occurred_at)`
+
 // JobColumnList is the columns of river_job that riverbus sets when it
 // inserts a job, in the order of JobRow's values: River's own bulk insert's
 // (JobInsertFastMany) but created_at and scheduled_at, left to their
