@@ -34,7 +34,7 @@ type lockedPool struct {
 // (Data and Metadata are nil; the insert builds the job's args from the
 // event's row, sqlInsertJobs), its writer's transaction id, the trace
 // context of its metadata, and its size: as stored on the batch's read, as
-// JSON text on a group's.
+// jsonb once a group's probe measured it (probeEvents).
 type event struct {
 	outbox.Event
 	txid  string

@@ -33,10 +33,10 @@ import (
 var (
 	// groupPartMaxEvents is the most events one job of a group carries.
 	groupPartMaxEvents = 10_000
-	// groupPartMaxBytes bounds the events of one job, as JSON text (the
-	// database measures it; the text never leaves it): River stores args
-	// as jsonb, which cannot exceed 256 MB, and a handler should not have
-	// to hold more than this at once. A single event larger than it is a
+	// groupPartMaxBytes bounds the events' data and metadata in one job,
+	// as jsonb (the database measures them; they never leave it): River
+	// stores args as jsonb, which cannot exceed 256 MB, and a handler
+	// should not have to hold more than this at once. A single event larger than it is a
 	// part of its own.
 	groupPartMaxBytes = 16 << 20
 )

@@ -281,7 +281,7 @@ const tooDeepReason = "too deep: JSON nested over the 10000 levels encoding/json
 
 // probeEvents returns, of the events seqs, those nested too deep for their
 // job (path, jsonDepthEvent or jsonDepthGroup), with the reason, and, when
-// measure, the size of the others' envelopes as JSON text. The database
+// measure, the others' sizes as jsonb. The database
 // walks the events; one too deep for its own stack to walk is found by
 // isolate, and too deep all the same.
 func probeEvents(ctx context.Context, tx pgx.Tx, seqs []int64, path string, measure bool) (deep map[int64]string, sizes map[int64]int64, _ error) {

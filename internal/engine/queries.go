@@ -212,25 +212,31 @@ const (
 	// (a group's part; NULL for an event's job), $10 the group's key, $11
 	// late, $12 and $13 its part and the number of parts, $14 its state,
 	// $15 its metadata. A group part's args are a bustype.GroupJob.
+	//
+	// Late is added only to a late job's args: adding an empty object
+	// would copy every job's args once more.
 	sqlInsertJobs = `INSERT INTO river_job (` + riversql.JobColumnList + `)
-SELECT CASE WHEN j.txid IS NULL THEN (SELECT ` + eventEnvelope + ` FROM riverbus_event e WHERE e.global_sequence = j.first)
-		ELSE jsonb_build_object('global_sequence', j.first, 'transaction_id', j.txid, 'key', j.key,
-			'events', (SELECT jsonb_agg(` + eventEnvelope + ` ORDER BY e.global_sequence)
-				FROM riverbus_event e WHERE e.global_sequence = ANY (($5::bigint[])[j.lo:j.hi])),
-			'part', j.part, 'parts', j.parts) END
-		|| CASE WHEN j.late THEN '{"late": true}'::jsonb ELSE '{}'::jsonb END,
+SELECT CASE WHEN j.late THEN a.args || '{"late": true}'::jsonb ELSE a.args END,
 	$1, $2, j.meta, $3, $4, j.state::river_job_state, '{}'
 FROM unnest($6::bigint[], $7::int[], $8::int[], $9::text[], $10::text[], $11::bool[], $12::int[], $13::int[],
 	$14::text[], $15::jsonb[]) WITH ORDINALITY AS j(first, lo, hi, txid, key, late, part, parts, state, meta, ord)
+CROSS JOIN LATERAL (
+	SELECT CASE WHEN j.txid IS NULL THEN (SELECT ` + eventEnvelope + ` FROM riverbus_event e WHERE e.global_sequence = j.first)
+		ELSE jsonb_build_object('global_sequence', j.first, 'transaction_id', j.txid, 'key', j.key,
+			'events', (SELECT jsonb_agg(` + eventEnvelope + ` ORDER BY e.global_sequence)
+				FROM riverbus_event e WHERE e.global_sequence = ANY (($5::bigint[])[j.lo:j.hi])),
+			'part', j.part, 'parts', j.parts) END AS args
+) a
 ORDER BY j.ord`
 
 	// The events $1 (probeEvents): whether their data or metadata have an
-	// item at the depth $2 (a jsonpath) or deeper, and, when $3, the size of
-	// the envelope of those that do not, as JSON text (a group part's
-	// bound: stored sizes may be compressed). Walking a value too deep for
-	// the server's stack fails the statement.
+	// item at the depth $2 (a jsonpath) or deeper, and, when $3, the size
+	// of the data and metadata of those that do not, as jsonb (a group
+	// part's bound: the jsonb limit counts it, and stored sizes may be
+	// compressed). Walking a value too deep for the server's stack fails
+	// the statement.
 	sqlProbeEvents = `SELECT e.global_sequence, e.deep,
-	CASE WHEN $3 AND NOT e.deep THEN octet_length((` + eventEnvelope + `)::text) ELSE 0 END
+	CASE WHEN $3 AND NOT e.deep THEN pg_column_size(jsonb_build_array(e.data, e.metadata)) ELSE 0 END
 FROM (SELECT e.*, jsonb_path_exists(e.data, $2::jsonpath) OR jsonb_path_exists(e.metadata, $2::jsonpath) AS deep
 	FROM riverbus_event e WHERE e.global_sequence = ANY ($1::bigint[]) OFFSET 0) e`
 
