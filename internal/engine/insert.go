@@ -290,7 +290,7 @@ func probeEvents(ctx context.Context, tx pgx.Tx, seqs []int64, path string, meas
 		return deep, sizes, nil
 	}
 	refused, err := isolate(ctx, tx, seqs, func(tx pgx.Tx, seqs []int64) error {
-		rows, err := tx.Query(ctx, sqlProbeEvents, seqs, path, measure)
+		rows, err := tx.Query(ctx, sqlProbeEvents, seqs, path, measure, groupPartMaxBytes)
 		if err != nil {
 			return err
 		}

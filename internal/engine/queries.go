@@ -233,10 +233,14 @@ ORDER BY j.ord`
 	// item at the depth $2 (a jsonpath) or deeper, and, when $3, the size
 	// of the data and metadata of those that do not, as jsonb (a group
 	// part's bound: the jsonb limit counts it, and stored sizes may be
-	// compressed). Walking a value too deep for the server's stack fails
-	// the statement.
+	// compressed), unless their stored size already reaches $4 (a part's
+	// bound: such an event is a part of its own whatever its size as
+	// jsonb, which is at least its stored size). Walking a value too deep
+	// for the server's stack fails the statement.
 	sqlProbeEvents = `SELECT e.global_sequence, e.deep,
-	CASE WHEN $3 AND NOT e.deep THEN pg_column_size(jsonb_build_array(e.data, e.metadata)) ELSE 0 END
+	CASE WHEN NOT $3 OR e.deep THEN 0
+		WHEN ` + storedSize + ` >= $4 THEN ` + storedSize + `
+		ELSE pg_column_size(jsonb_build_array(e.data, e.metadata)) END
 FROM (SELECT e.*, jsonb_path_exists(e.data, $2::jsonpath) OR jsonb_path_exists(e.metadata, $2::jsonpath) AS deep
 	FROM riverbus_event e WHERE e.global_sequence = ANY ($1::bigint[]) OFFSET 0) e`
 
