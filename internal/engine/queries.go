@@ -213,8 +213,11 @@ const (
 	// late, $12 and $13 its part and the number of parts, $14 its state,
 	// $15 its metadata. A group part's args are a bustype.GroupJob.
 	//
-	// Late is added only to a late job's args: adding an empty object
-	// would copy every job's args once more.
+	// A group's events are aggregated in the order of a sorted subquery of
+	// their sequences, not with ORDER BY in the aggregate: that would sort
+	// the envelopes themselves, spilling every big one to disk. Late is
+	// added only to a late job's args: adding an empty object would copy
+	// every job's args once more.
 	sqlInsertJobs = `INSERT INTO river_job (` + riversql.JobColumnList + `)
 SELECT CASE WHEN j.late THEN a.args || '{"late": true}'::jsonb ELSE a.args END,
 	$1, $2, j.meta, $3, $4, j.state::river_job_state, '{}'
@@ -223,8 +226,8 @@ FROM unnest($6::bigint[], $7::int[], $8::int[], $9::text[], $10::text[], $11::bo
 CROSS JOIN LATERAL (
 	SELECT CASE WHEN j.txid IS NULL THEN (SELECT ` + eventEnvelope + ` FROM riverbus_event e WHERE e.global_sequence = j.first)
 		ELSE jsonb_build_object('global_sequence', j.first, 'transaction_id', j.txid, 'key', j.key,
-			'events', (SELECT jsonb_agg(` + eventEnvelope + ` ORDER BY e.global_sequence)
-				FROM riverbus_event e WHERE e.global_sequence = ANY (($5::bigint[])[j.lo:j.hi])),
+			'events', (SELECT jsonb_agg((SELECT ` + eventEnvelope + ` FROM riverbus_event e WHERE e.global_sequence = u.seq))
+				FROM (SELECT seq FROM unnest(($5::bigint[])[j.lo:j.hi]) AS seq ORDER BY seq) u),
 			'part', j.part, 'parts', j.parts) END AS args
 ) a
 ORDER BY j.ord`
