@@ -13,6 +13,7 @@ const (
 	GapCheckIntervalDefault = 10 * time.Millisecond
 	PollIntervalDefault     = time.Second
 	BatchSizeDefault        = 1000
+	BatchBytesDefault       = 64 << 20
 	WorkersDefault          = 4
 )
 
@@ -33,6 +34,15 @@ type Config struct {
 	// BatchSize is the most events one pool transaction turns into jobs.
 	// Default BatchSizeDefault.
 	BatchSize int
+	// BatchBytes bounds the events one pool transaction turns into jobs by
+	// their size as stored (compressed where PostgreSQL compressed them):
+	// a batch stops before the event that would take it past BatchBytes,
+	// but always takes at least one, so an event bigger than BatchBytes is
+	// a batch of its own. The events' payload never enters the fan-out's
+	// memory either way (the database builds the jobs' args); BatchBytes
+	// bounds what one transaction reads and writes. Default
+	// BatchBytesDefault.
+	BatchBytes int
 	// Workers is how many pools this instance fans out at the same time.
 	// Default WorkersDefault.
 	Workers int

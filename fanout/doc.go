@@ -16,8 +16,11 @@
 // # Fan-out
 //
 // Each pool is fanned out on its own: one batch (at most Config.BatchSize
-// events) reads the pool's events in (cursor, H], inserts their jobs and
-// moves the cursor in one transaction. Any number of processes may run the
+// events and about Config.BatchBytes of them) reads the pool's events in
+// (cursor, H], inserts their jobs and moves the cursor in one transaction.
+// The database builds each job's args from the event's row: an event's
+// payload never enters the fan-out's memory, however big an appender made
+// it. Any number of processes may run the
 // fan-out against one database; a pool's batches never overlap (a row lock
 // skipped by the others). An event that cannot become a job becomes a dead
 // letter of the pool with the reason, and the batch goes on (DESIGN.md §3).

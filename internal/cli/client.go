@@ -21,6 +21,7 @@ func (a *app) newClient(db *pgxpool.Pool, ws *riverbus.Workers, fanoutDisabled b
 			GapCheckInterval: a.cfg.GapCheckInterval,
 			PollInterval:     a.cfg.PollInterval,
 			BatchSize:        a.cfg.BatchSize,
+			BatchBytes:       a.cfg.BatchBytes,
 			Workers:          a.cfg.FanoutWorkers,
 			Logger:           a.logger,
 			TracerProvider:   a.tracerProvider,

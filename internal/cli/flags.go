@@ -27,6 +27,7 @@ func (a *app) fanoutFlags(cmd *cobra.Command) {
 	durationSetting(f, &c.GapCheckInterval, "GAP_CHECK_INTERVAL")
 	durationSetting(f, &c.PollInterval, "POLL_INTERVAL")
 	intSetting(f, &c.BatchSize, "BATCH_SIZE")
+	intSetting(f, &c.BatchBytes, "BATCH_BYTES")
 	intSetting(f, &c.FanoutWorkers, "FANOUT_WORKERS")
 }
 

@@ -37,6 +37,7 @@ type Config struct {
 	GapCheckInterval time.Duration `envconfig:"RIVERBUS_GAP_CHECK_INTERVAL" default:"10ms" desc:"How often the horizon re-checks while a gap is open, so a rolled-back gap is passed within about this long."`
 	PollInterval     time.Duration `envconfig:"RIVERBUS_POLL_INTERVAL" default:"1s" desc:"Fan-out poll interval: the longest a lost NOTIFY or a dropped listener connection can delay delivery."`
 	BatchSize        int           `envconfig:"RIVERBUS_BATCH_SIZE" default:"1000" desc:"Most events a pool turns into jobs in one fan-out transaction."`
+	BatchBytes       int           `envconfig:"RIVERBUS_BATCH_BYTES" default:"67108864" desc:"Most bytes of events (as stored, compressed where PostgreSQL compressed them) a pool turns into jobs in one fan-out transaction; a bigger event is a batch of its own. Payloads never enter the fan-out's memory: this bounds each transaction's work in the database."`
 	FanoutWorkers    int           `envconfig:"RIVERBUS_FANOUT_WORKERS" default:"4" desc:"Pools one fan-out process works on at the same time."`
 
 	RetentionInterval     time.Duration `envconfig:"RIVERBUS_RETENTION_INTERVAL" default:"1m" desc:"How often a fan-out process (run, fanout) applies the event retention policy set with riverbus retention set; 0: never in this process. Without a policy nothing is deleted."`
@@ -159,6 +160,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%s must be positive, got %s", v("POLL_INTERVAL"), c.PollInterval)
 	case c.BatchSize < 1 || c.BatchSize > 100_000:
 		return fmt.Errorf("%s must be between 1 and 100000, got %d", v("BATCH_SIZE"), c.BatchSize)
+	case c.BatchBytes < 1:
+		return fmt.Errorf("%s must be a positive number of bytes, got %d", v("BATCH_BYTES"), c.BatchBytes)
 	case c.FanoutWorkers < 1 || c.FanoutWorkers > 1000:
 		return fmt.Errorf("%s must be between 1 and 1000, got %d", v("FANOUT_WORKERS"), c.FanoutWorkers)
 	case c.RetentionInterval < 0:

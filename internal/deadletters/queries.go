@@ -113,13 +113,32 @@ const (
 	sqlDeadLetterStubs = `SELECT job_id, args FROM riverbus_dead_letter
 WHERE job_id = ANY($1::bigint[]) AND args ? 'undeliverable'`
 
-	sqlEventsBySequence = `SELECT global_sequence, event_id, type, key, tags, data, metadata, occurred_at
-FROM riverbus_event WHERE global_sequence = ANY($1::bigint[]) ORDER BY global_sequence`
+	sqlEventsCount = `SELECT count(*) FROM riverbus_event WHERE global_sequence = ANY($1::bigint[])`
 
-	// sqlDeadLetterSetArgs puts the rebuilt envelope in the dead letter
-	// (which a reinsert copies) and in its job row, if it is still there.
-	sqlDeadLetterSetArgs = `WITH d AS (
-	UPDATE riverbus_dead_letter SET args = $2::jsonb WHERE job_id = $1
+	// sqlDeadLetterRebuild rebuilds the envelope of the dead letter $1 from
+	// its stub $2 and the events $3 it names, as the fan-out builds it,
+	// keeping what the stub says besides the payload (late, a group's
+	// part), and puts it in the dead letter (which a reinsert copies) and
+	// in its job row, if it is still there; unless a handler's decoder
+	// could not decode it (nested over 10,000 levels, less a level of
+	// margin, as migration 007's trigger probes it). It returns whether it
+	// was too deep. The payload never leaves the database.
+	sqlDeadLetterRebuild = `WITH b AS MATERIALIZED (
+	SELECT CASE WHEN $2::jsonb ? 'sequences'
+		THEN ($2::jsonb - 'undeliverable' - 'sequences') || jsonb_build_object('events',
+			(SELECT jsonb_agg(` + riversql.EventArgs + ` ORDER BY e.global_sequence)
+				FROM riverbus_event e WHERE e.global_sequence = ANY ($3::bigint[])))
+		ELSE ($2::jsonb - 'undeliverable') || (SELECT ` + riversql.EventArgs + `
+				FROM riverbus_event e WHERE e.global_sequence = ($3::bigint[])[1]) END AS args
+),
+c AS MATERIALIZED (
+	SELECT b.args, jsonb_path_exists(b.args, 'lax $.**{9999 to last}') AS deep FROM b
+),
+d AS (
+	UPDATE riverbus_dead_letter SET args = c.args FROM c WHERE job_id = $1 AND NOT c.deep
+),
+j AS (
+	UPDATE river_job SET args = c.args FROM c WHERE id = $1 AND state = 'discarded' AND NOT c.deep
 )
-UPDATE river_job SET args = $2::jsonb WHERE id = $1 AND state = 'discarded'`
+SELECT deep FROM c`
 )

@@ -3,13 +3,15 @@ package deadletters
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 
-	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/outbox"
 )
 
 // undeliverableStub is the args of a dead letter the fan-out made of a unit
@@ -36,84 +38,82 @@ func (s *undeliverableStub) UnmarshalJSON(b []byte) error {
 }
 
 // rebuildUndeliverable gives the dead letters among ids that are stubs of
-// undeliverable units their real envelope again, read from riverbus_event,
-// in riverbus_dead_letter and in river_job. It returns, by job id, the ones
-// whose envelope still cannot be encoded, with the reason; those are left
-// as they are.
+// undeliverable units their real envelope again, built by the database
+// from riverbus_event (sqlDeadLetterRebuild: an event's payload, however
+// big, never comes to this process), in riverbus_dead_letter and in
+// river_job. It returns, by job id, the ones whose envelope still cannot
+// be delivered, with the reason; those are left as they are.
 func rebuildUndeliverable(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64]string, error) {
 	rows, err := tx.Query(ctx, sqlDeadLetterStubs, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read undeliverable dead letters: %w", err)
 	}
-	stubs := map[int64]undeliverableStub{}
+	stubs := map[int64][]byte{}
 	var id int64
 	var raw []byte
 	if _, err := pgx.ForEachRow(rows, []any{&id, &raw}, func() error {
-		var s undeliverableStub
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return fmt.Errorf("dead letter %d: %w", id, err)
-		}
-		stubs[id] = s
+		stubs[id] = slices.Clone(raw)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("read undeliverable dead letters: %w", err)
 	}
 	stay := map[int64]string{}
-	for id, s := range stubs {
-		args, reason, err := rebuildEnvelope(ctx, tx, s)
+	for id, raw := range stubs {
+		reason, err := rebuildEnvelope(ctx, tx, id, raw)
 		if err != nil {
 			return nil, fmt.Errorf("rebuild envelope of dead letter %d: %w", id, err)
 		}
 		if reason != "" {
 			stay[id] = reason
-			continue
-		}
-		if _, err := tx.Exec(ctx, sqlDeadLetterSetArgs, id, args); err != nil {
-			return nil, fmt.Errorf("rebuild envelope of dead letter %d: %w", id, err)
 		}
 	}
 	return stay, nil
 }
 
-// rebuildEnvelope builds the envelope the fan-out would have built for the
-// stub's event (Args) or group (GroupArgs), keeping what the stub says
-// besides the payload (late, a group's part). reason says why it cannot,
-// when it cannot.
-func rebuildEnvelope(ctx context.Context, tx pgx.Tx, s undeliverableStub) ([]byte, string, error) {
+// rebuildEnvelope rebuilds dead letter id's envelope from its stub (raw)
+// when it can, or says why it cannot.
+func rebuildEnvelope(ctx context.Context, tx pgx.Tx, id int64, raw []byte) (string, error) {
+	var s undeliverableStub
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", err
+	}
 	var seqs []int64
 	if s.group != nil {
 		seqs = s.group.Sequences
 	} else {
 		seqs = []int64{s.event.GlobalSequence}
 	}
-	rows, err := tx.Query(ctx, sqlEventsBySequence, seqs)
+	var n int
+	if err := tx.QueryRow(ctx, sqlEventsCount, seqs).Scan(&n); err != nil {
+		return "", err
+	}
+	if n != len(seqs) {
+		return fmt.Sprintf("%d of the %d events it names are no longer in riverbus_event", len(seqs)-n, len(seqs)), nil
+	}
+	// In a savepoint: a value too deep for the server's stack to walk, or
+	// too big for jsonb, fails the statement.
+	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Event, error) {
-		var e outbox.Event
-		var id uuid.UUID
-		var data, metadata []byte
-		err := row.Scan(&e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt)
-		e.EventID, e.Data, e.Metadata = id, data, metadata
-		return e, err
-	})
-	if err != nil {
-		return nil, "", err
+	var deep bool
+	err = sp.QueryRow(ctx, sqlDeadLetterRebuild, id, raw, seqs).Scan(&deep)
+	if err == nil {
+		err = sp.Commit(ctx)
+	} else if rerr := sp.Rollback(ctx); rerr != nil {
+		return "", rerr
 	}
-	if len(events) != len(seqs) {
-		return nil, fmt.Sprintf("%d of the %d events it names are no longer in riverbus_event", len(seqs)-len(events), len(seqs)), nil
+	const tooDeep = "still cannot be encoded as JSON: exceeded max depth (nested over the 10000 levels a handler's decoder accepts)"
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.StatementTooComplex:
+		return tooDeep + ": " + pgErr.Message, nil
+	case errors.As(err, &pgErr) && (pgerrcode.IsDataException(pgErr.Code) || pgerrcode.IsProgramLimitExceeded(pgErr.Code)):
+		return "still cannot be encoded as JSON: " + pgErr.Message, nil
+	case err != nil:
+		return "", err
+	case deep:
+		return tooDeep, nil
 	}
-	var env any
-	if g := s.group; g != nil {
-		env = bustype.GroupJob{GlobalSequence: g.GlobalSequence, TransactionID: g.TransactionID, Key: g.Key,
-			Events: events, Late: g.Late, Part: g.Part, Parts: g.Parts}
-	} else {
-		env = bustype.EventJob{Event: events[0], Late: s.event.Late}
-	}
-	args, err := json.Marshal(env)
-	if err != nil {
-		return nil, "still cannot be encoded as JSON: " + err.Error(), nil
-	}
-	return args, "", nil
+	return "", nil
 }

@@ -2,12 +2,10 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverbus/riverbus/bustype"
@@ -32,22 +30,48 @@ type lockedPool struct {
 	grouping     bustype.Grouping
 }
 
-// event is an event as the fan-out reads it: the envelope and its writer's
-// transaction id.
+// event is an event as the general path reads it: all but its payload
+// (Data and Metadata are nil; the insert builds the job's args from the
+// event's row, sqlInsertJobs), its writer's transaction id, the trace
+// context of its metadata, and its size: as stored on the batch's read, as
+// jsonb once a group's probe measured it (probeEvents).
 type event struct {
 	outbox.Event
-	txid string
+	txid  string
+	trace tracing.Context
+	size  int64
 }
 
-// unit is one job to insert: one event, or one transaction's group.
+// unit is one job to insert: one event, or one part of a transaction's
+// group. It names its events; their payload stays in the database.
 type unit struct {
-	args  envelope
-	first int64 // global sequence of its (first) event
+	first int64   // global sequence of its (first) event
+	seqs  []int64 // its events, in order
+	// event is an event job's event, without payload; nil for a group's.
+	event *outbox.Event
+	// group is a group part's args but the events (Events nil); nil for an
+	// event's job.
+	group *bustype.GroupJob
 	lane  string
 	late  bool
 	// trace is the trace context of its (first traced) event, copied into
 	// the job's metadata (tracing.JobMetadata).
 	trace tracing.Context
+	// undeliverable is why the unit can never become a job (found before
+	// the insert: an event too deep for a handler's decoder); "" if none.
+	undeliverable string
+}
+
+// stub returns the args of the unit's dead letter: its envelope without
+// the payload, and reason.
+func (u *unit) stub(reason string) any {
+	if g := u.group; g != nil {
+		return bustype.GroupJobStub{GlobalSequence: g.GlobalSequence, TransactionID: g.TransactionID, Key: g.Key,
+			Late: g.Late, Part: g.Part, Parts: g.Parts, Sequences: u.seqs, Undeliverable: reason}
+	}
+	e := u.event
+	return bustype.EventJobStub{GlobalSequence: e.GlobalSequence, EventID: e.EventID, Type: e.Type, Key: e.Key,
+		Tags: e.Tags, OccurredAt: e.OccurredAt, Late: u.late, Undeliverable: reason}
 }
 
 // FanOutPool runs one batch for pool name in one transaction: lock the pool
@@ -108,14 +132,21 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (fanout.BatchResul
 		var units []unit
 		newCursor := p.cursor
 		lateCount := 0
+		// The batch's budget, which late events spend first.
+		maxEvents, maxBytes := f.cfg.BatchSize, int64(f.cfg.BatchBytes)
 		if anySkipped && p.cursor > p.startAfter {
-			rows, err := tx.Query(ctx, sqlLateEvents, name, p.cursor, p.startAfter)
+			late, took, err := readEvents(tx.Query(ctx, sqlLateEvents, name, p.cursor, p.startAfter, maxEvents, maxBytes))
 			if err != nil {
 				return fmt.Errorf("read late events: %w", err)
 			}
-			late, err := pgx.CollectRows(rows, scanEvent)
-			if err != nil {
-				return fmt.Errorf("read late events: %w", err)
+			lateFull := took == maxEvents || took > len(late)
+			maxEvents -= len(late)
+			for _, e := range late {
+				maxBytes -= e.size
+			}
+			if lateFull {
+				// The rest waits for the next batch, which runs at once.
+				maxEvents, full = 0, true
 			}
 			if len(late) > 0 {
 				// A late event at or below the pool's start point (a reset
@@ -144,21 +175,22 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (fanout.BatchResul
 				lateCount = len(matching)
 			}
 		}
-		if horizon > p.cursor {
-			var rows pgx.Rows
+		if horizon > p.cursor && (maxEvents <= 0 || maxBytes <= 0) {
+			full = true // the late events spent the budget
+		} else if horizon > p.cursor {
+			var read []event
+			var took int
+			var err error
 			if len(p.eventTypes) > 0 {
-				rows, err = tx.Query(ctx, sqlEventsOfTypes, p.cursor, horizon, p.tags, f.cfg.BatchSize, p.eventTypes)
+				read, took, err = readEvents(tx.Query(ctx, sqlEventsOfTypes, p.cursor, horizon, p.tags, maxEvents, maxBytes, p.eventTypes))
 			} else {
-				rows, err = tx.Query(ctx, sqlEventsAll, p.cursor, horizon, p.tags, f.cfg.BatchSize)
+				read, took, err = readEvents(tx.Query(ctx, sqlEventsAll, p.cursor, horizon, p.tags, maxEvents, maxBytes))
 			}
 			if err != nil {
 				return fmt.Errorf("read events: %w", err)
 			}
-			events, err := pgx.CollectRows(rows, scanEvent)
-			if err != nil {
-				return fmt.Errorf("read events: %w", err)
-			}
-			full = len(events) == f.cfg.BatchSize
+			full = took == maxEvents || took > len(read)
+			events := read
 			newCursor = horizon
 			if full {
 				newCursor = events[len(events)-1].GlobalSequence
@@ -235,10 +267,19 @@ func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []e
 	if p.grouping == bustype.GroupTransaction {
 		return f.groupUnits(ctx, tx, p, events, late)
 	}
-	out := make([]unit, len(events))
+	seqs := make([]int64, len(events))
 	for i, e := range events {
-		out[i] = unit{args: eventJob{Event: e.Event, Late: late}, first: e.GlobalSequence, lane: p.lane(e.Key), late: late,
-			trace: tracing.FromMetadata(e.Metadata)}
+		seqs[i] = e.GlobalSequence
+	}
+	deep, _, err := probeEvents(ctx, tx, seqs, jsonDepthEvent, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]unit, len(events))
+	for i := range events {
+		e := &events[i]
+		out[i] = unit{first: e.GlobalSequence, seqs: seqs[i : i+1], event: &e.Event, lane: p.lane(e.Key), late: late,
+			trace: e.trace, undeliverable: deep[e.GlobalSequence]}
 	}
 	return out, nil
 }
@@ -260,13 +301,24 @@ func cmpInt64(a, b int64) int {
 	return 0
 }
 
-func scanEvent(row pgx.CollectableRow) (event, error) {
-	var e event
-	var data, metadata []byte
-	var id uuid.UUID
-	err := row.Scan(&e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt, &e.txid)
-	e.EventID = id
-	e.Data = json.RawMessage(data)
-	e.Metadata = json.RawMessage(metadata)
-	return e, err
+// readEvents reads a budgeted read's events (budgetedRead) and how many
+// it took before the byte budget cut it: when it took its limit, or more
+// than it returns, the read was full and more may be waiting.
+func readEvents(rows pgx.Rows, err error) (events []event, took int, _ error) {
+	if err != nil {
+		return nil, 0, err
+	}
+	var n int64
+	events, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (event, error) {
+		var e event
+		err := row.Scan(append(e.dest(), &n)...)
+		return e, err
+	})
+	return events, int(n), err
+}
+
+// dest is where a row of eventHeadColumns and a size goes.
+func (e *event) dest() []any {
+	return []any{&e.GlobalSequence, &e.EventID, &e.Type, &e.Key, &e.Tags, &e.OccurredAt, &e.txid,
+		&e.trace.TraceParent, &e.trace.TraceState, &e.size}
 }

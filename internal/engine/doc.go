@@ -22,9 +22,15 @@
 //
 // FanOutPool runs one batch of one pool in one transaction: lock the pool
 // row FOR UPDATE SKIP LOCKED, read its events in (cursor, H], insert their
-// jobs, move the cursor, commit. An event that cannot become a job (JSON
-// nested too deep for encoding/json, an envelope too big for jsonb) becomes
-// a dead letter of the pool with the reason, and the batch goes on.
+// jobs, move the cursor, commit. A batch takes at most
+// fanout.Config.BatchSize events and stops before the one whose stored
+// bytes would take it past BatchBytes (always taking one), late events
+// included. Only the events' heads (sequence, type, key, tags, transaction,
+// trace context, size) come to this process: the database builds each
+// job's args from the event's row as it inserts it, so an appender's event
+// size never sets the fan-out's memory. An event that cannot become a job
+// (JSON nested too deep for encoding/json, an envelope too big for jsonb)
+// becomes a dead letter of the pool with the reason, and the batch goes on.
 //
 // # Services
 //

@@ -24,12 +24,11 @@ import (
 
 // Every job the fan-out writes decodes into its bustype type, strictly (no
 // unknown key), with every field set as the events say, and has exactly
-// the keys of the type's own encoding: built in SQL on the plain path, in
-// Go on the general path, for every kind of pool and every shape (one
-// event, a transaction group cut into parts, late, the stub of a unit that
-// cannot be a job), and once more after the stubs are retried, rebuilt in
-// Go (dlq retry) and in SQL (migration 007's trigger, as River UI's retry
-// runs it). So the SQL and the Go types cannot drift apart.
+// the keys of the type's own encoding: built in SQL on the plain path and
+// on the general path, for every kind of pool and every shape (one event,
+// a transaction group cut into parts, late, the stub of a unit that
+// cannot be a job), and once more after the stubs are retried, rebuilt by
+// dlq retry and by migration 007's trigger (as River UI's retry runs it). So the SQL and the Go types cannot drift apart.
 func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 	restore := engine.SetGroupPartBounds(3, 16<<20)
 	defer restore()

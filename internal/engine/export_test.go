@@ -2,15 +2,7 @@ package engine
 
 import "github.com/riverbus/riverbus/internal/tracing"
 
-// SetEnvelopeMaxBytes lowers the general path's envelope limit until the
-// returned function is called. Tests that use it must not run in parallel.
-func SetEnvelopeMaxBytes(n int) func() {
-	old := envelopeMaxBytes
-	envelopeMaxBytes = n
-	return func() { envelopeMaxBytes = old }
-}
-
-// SetGroupPartBounds sets the most events and encoded bytes of one part of a
+// SetGroupPartBounds sets the most events and JSON bytes of one part of a
 // transaction group, and returns a function that restores the defaults.
 // Tests that call it must not run in parallel.
 func SetGroupPartBounds(events, bytes int) (restore func()) {

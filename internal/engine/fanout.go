@@ -101,6 +101,9 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 	if c.BatchSize == 0 {
 		c.BatchSize = fanout.BatchSizeDefault
 	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = fanout.BatchBytesDefault
+	}
 	if c.Workers == 0 {
 		c.Workers = fanout.WorkersDefault
 	}
@@ -113,6 +116,8 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 		return nil, fmt.Errorf("PollInterval must be positive, got %s", c.PollInterval)
 	case c.BatchSize < 1 || c.BatchSize > 100_000:
 		return nil, fmt.Errorf("BatchSize must be between 1 and 100000, got %d", c.BatchSize)
+	case c.BatchBytes < 1:
+		return nil, fmt.Errorf("BatchBytes must be positive, got %d", c.BatchBytes)
 	case c.Workers < 1:
 		return nil, fmt.Errorf("Workers must be at least 1, got %d", c.Workers)
 	}

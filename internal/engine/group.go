@@ -1,12 +1,9 @@
 package engine
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/tracing"
@@ -36,36 +33,13 @@ import (
 var (
 	// groupPartMaxEvents is the most events one job of a group carries.
 	groupPartMaxEvents = 10_000
-	// groupPartMaxBytes bounds the encoded events of one job: River stores
-	// args as jsonb, which cannot exceed 256 MB, and a handler should not
-	// have to hold more than this at once. A single event larger than it
-	// is a part of its own.
+	// groupPartMaxBytes bounds the events' data and metadata in one job,
+	// as jsonb (the database measures them; they never leave it): River
+	// stores args as jsonb, which cannot exceed 256 MB, and a handler
+	// should not have to hold more than this at once. A single event larger than it is a
+	// part of its own.
 	groupPartMaxBytes = 16 << 20
 )
-
-// groupPart is the job of one part of a transaction group: its args
-// (bustype.GroupJob), its events encoded once while the group is read, so
-// a big transaction is held in memory as JSON only.
-type groupPart struct {
-	json   []byte
-	events []byte // the encoded events, until json is written
-	// err is why the part cannot be encoded (an event Go's encoder
-	// refuses); encode returns it.
-	err error
-
-	// job is what the JSON says but the events (Events is nil), for
-	// whatever must describe the part without its payload (its dead
-	// letter's stub, say); sequences are its events', in order.
-	job       bustype.GroupJob
-	sequences []int64
-}
-
-func (a groupPart) encode() ([]byte, error) { return a.json, a.err }
-
-func (a groupPart) stub(reason string) any {
-	return bustype.GroupJobStub{GlobalSequence: a.job.GlobalSequence, TransactionID: a.job.TransactionID, Key: a.job.Key,
-		Late: a.job.Late, Part: a.job.Part, Parts: a.job.Parts, Sequences: a.sequences, Undeliverable: reason}
-}
 
 // groupID is a group: a transaction, and a key in a key-ordered pool.
 type groupID struct{ txid, key string }
@@ -75,7 +49,8 @@ type groupID struct{ txid, key string }
 // events above cursor; on the late path, the late events the batch found
 // above the pool's start point (FanOutPool leaves out the others, for every
 // kind of pool): the rest of a late event's group counts from its first
-// event above the start point.
+// event above the start point. Only the events' heads are read: each
+// part's args are built by the insert.
 func (f *Fanout) groupUnits(ctx context.Context, tx pgx.Tx, p *lockedPool, events []event, late bool) ([]unit, error) {
 	byKey := p.ordering == bustype.OrderingKey
 	var (
@@ -116,19 +91,38 @@ func (f *Fanout) groupUnits(ctx context.Context, tx pgx.Tx, p *lockedPool, event
 	b.Queue(sql, args...)
 	b.Queue(sqlBitmapScanRestore)
 	br := tx.SendBatch(ctx, b)
-	out, err := readGroups(br, p, ids, late)
+	groups, err := readGroups(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read transaction groups: %w", err)
 	}
+	var seqs []int64
+	for _, g := range groups {
+		for _, e := range g {
+			seqs = append(seqs, e.GlobalSequence)
+		}
+	}
+	deep, sizes, err := probeEvents(ctx, tx, seqs, jsonDepthGroup, true)
+	if err != nil {
+		return nil, err
+	}
+	var out []unit
+	for _, g := range groups {
+		gb := &groupBuilder{txid: g[0].txid, key: g[0].Key, lane: p.lane(g[0].Key), late: late}
+		for i := range g {
+			g[i].size = sizes[g[i].GlobalSequence]
+			gb.add(&g[i], deep[g[i].GlobalSequence])
+		}
+		out = append(out, gb.finish()...)
+	}
 	return out, nil
 }
 
-// readGroups reads the group statement's results and cuts each group into
-// parts as its rows arrive.
-func readGroups(br pgx.BatchResults, p *lockedPool, ids []groupID, late bool) ([]unit, error) {
+// readGroups reads the group statement's results: the groups' events, in
+// order, one slice per group.
+func readGroups(br pgx.BatchResults) ([][]event, error) {
 	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
@@ -138,108 +132,84 @@ func readGroups(br pgx.BatchResults, p *lockedPool, ids []groupID, late bool) ([
 	}
 	defer rows.Close()
 	var (
-		out  []unit
-		b    *groupBuilder
+		out  [][]event
 		prev int64 = -1
 	)
 	for rows.Next() {
 		var ord int64
 		var e event
-		var data, metadata []byte
-		var id uuid.UUID
-		if err := rows.Scan(&ord, &e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt, &e.txid); err != nil {
+		if err := rows.Scan(append([]any{&ord}, e.dest()...)...); err != nil {
 			return nil, err
 		}
-		e.EventID = id
-		e.Data = json.RawMessage(data)
-		e.Metadata = json.RawMessage(metadata)
 		if ord != prev {
-			if b != nil {
-				out = append(out, b.finish()...)
-			}
+			out = append(out, nil)
 			prev = ord
-			b = &groupBuilder{txid: ids[ord-1].txid, key: e.Key, lane: p.lane(e.Key), late: late}
 		}
-		b.add(&e)
+		out[len(out)-1] = append(out[len(out)-1], e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	rows.Close()
-	if b != nil {
-		out = append(out, b.finish()...)
-	}
 	_, err = br.Exec()
 	return out, err
 }
 
-// groupBuilder cuts one group into parts as its events are read.
+// groupBuilder cuts one group into parts as its events are added.
 type groupBuilder struct {
 	txid, key, lane string
 	late            bool
 	// trace is the trace context of the group's first traced event.
 	trace tracing.Context
 
-	parts []*groupPart
-	cur   *bytes.Buffer // the encoded events of the part being filled
+	parts []*unit
+	bytes int64 // the events' size in the part being filled
+	open  bool  // the last part takes more events
 }
 
-func (b *groupBuilder) add(e *event) {
+// add adds e to the group. An event that can never be delivered
+// (undeliverable, its reason) is a part of its own, so it alone fails (and
+// becomes the dead letter), never its neighbours.
+func (b *groupBuilder) add(e *event, undeliverable string) {
 	if b.trace.TraceParent == "" {
-		b.trace = tracing.FromMetadata(e.Metadata)
+		b.trace = e.trace
 	}
-	enc, err := json.Marshal(e.Event)
-	if err != nil {
-		// An event Go cannot encode is a part of its own, so it alone
-		// fails (and becomes the dead letter), never its neighbours.
-		b.close()
+	if undeliverable != "" {
 		b.start(e.GlobalSequence)
-		b.cur = nil
-		b.parts[len(b.parts)-1].err = fmt.Errorf("encode event %d of transaction %s: %w", e.GlobalSequence, b.txid, err)
+		b.parts[len(b.parts)-1].undeliverable = undeliverable
+		b.open = false
 		return
 	}
-	if b.cur != nil {
-		if n := len(b.parts[len(b.parts)-1].sequences); n >= groupPartMaxEvents || b.cur.Len()+len(enc) > groupPartMaxBytes {
-			b.close()
+	if b.open {
+		last := b.parts[len(b.parts)-1]
+		if len(last.seqs) >= groupPartMaxEvents || b.bytes+e.size > int64(groupPartMaxBytes) {
+			b.open = false
 		}
 	}
-	if b.cur == nil {
+	if !b.open {
 		b.start(e.GlobalSequence)
+		b.open = true
 	} else {
-		b.cur.WriteByte(',')
 		last := b.parts[len(b.parts)-1]
-		last.sequences = append(last.sequences, e.GlobalSequence)
+		last.seqs = append(last.seqs, e.GlobalSequence)
 	}
-	b.cur.Write(enc)
+	b.bytes += e.size
 }
 
 // start opens a part whose first event is seq.
 func (b *groupBuilder) start(seq int64) {
-	b.parts = append(b.parts, &groupPart{job: bustype.GroupJob{GlobalSequence: seq, TransactionID: b.txid, Key: b.key, Late: b.late},
-		sequences: []int64{seq}})
-	b.cur = &bytes.Buffer{}
-}
-
-// close ends the events of the part being filled.
-func (b *groupBuilder) close() {
-	if b.cur == nil {
-		return
-	}
-	b.parts[len(b.parts)-1].events = b.cur.Bytes()
-	b.cur = nil
+	b.parts = append(b.parts, &unit{first: seq, seqs: []int64{seq}, lane: b.lane, late: b.late,
+		group: &bustype.GroupJob{GlobalSequence: seq, TransactionID: b.txid, Key: b.key, Late: b.late}})
+	b.bytes = 0
 }
 
 // finish numbers the parts and returns their units, in order.
 func (b *groupBuilder) finish() []unit {
-	b.close()
 	units := make([]unit, len(b.parts))
-	for i, a := range b.parts {
-		a.job.Part, a.job.Parts = i+1, len(b.parts)
-		if a.err == nil {
-			a.json = a.job.AppendJSON(make([]byte, 0, len(a.events)+len(a.job.TransactionID)+len(a.job.Key)+96), a.events)
-		}
-		a.events = nil
-		units[i] = unit{args: *a, first: a.sequences[0], lane: b.lane, late: b.late, trace: b.trace}
+	for i, u := range b.parts {
+		u.group.Part, u.group.Parts = i+1, len(b.parts)
+		u.trace = b.trace
+		units[i] = *u
 	}
 	return units
 }

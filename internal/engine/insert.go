@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -17,30 +16,25 @@ import (
 	"github.com/riverbus/riverbus/internal/tracing"
 )
 
-// The general path's insert. Each unit's envelope is encoded here, one by
-// one, so that a unit that can never become a job (JSON nested deeper than
-// encoding/json accepts, an envelope too big for jsonb) is found without
-// losing the rest of the batch: it becomes a dead letter of the pool (a
-// River job inserted as `discarded`, which the dead-letter trigger keeps)
-// whose args are a small stub naming the event and the reason
-// (bustype.EventJobStub, bustype.GroupJobStub). `dlq retry` rebuilds the
-// real envelope from riverbus_event (package workers).
+// The general path's insert. Each job's args are built by the database, in
+// the insert statement (sqlInsertJobs), from the events' rows: an event's
+// payload never travels to this process, however big an appender made it,
+// so the fan-out's memory does not depend on it. A unit that can never
+// become a job (JSON nested deeper than a handler's decoder accepts, found
+// by tooDeep before the insert; an envelope the database refuses, too big
+// for jsonb) becomes a dead letter of the pool without losing the rest of
+// the batch: a River job inserted as `discarded`, which the dead-letter
+// trigger keeps, whose args are a small stub naming the event and the
+// reason (bustype.EventJobStub, bustype.GroupJobStub). `dlq retry`
+// rebuilds the real envelope from riverbus_event (package deadletters).
 //
-// The jobs are inserted with COPY, like River's InsertManyFastTx, but
 // created_at and scheduled_at are left to the columns' default, now(): the
-// database's clock, by which workers fetch, and not this host's, which River
-// would use (package riversql).
-
-// envelopeMaxBytes is the largest encoded envelope the general path inserts.
-// Bigger ones become dead letters without a try. It is PostgreSQL's limit
-// for one value (1 GB); jsonb refuses smaller ones (256 MB of content),
-// which the insert finds out. A variable so tests can lower it.
-var envelopeMaxBytes = 1<<30 - 1
+// database's clock, by which workers fetch, and not this host's, which
+// River would use (package riversql).
 
 // job is a unit on its way into river_job.
 type job struct {
 	u       unit
-	args    []byte // the encoded envelope; nil when undeliverable
 	reason  string // why the unit cannot become a job; "" when it can
 	pending bool
 	// meta is the job's metadata: an ordered pool's lane, the event's
@@ -48,8 +42,8 @@ type job struct {
 	meta []byte
 }
 
-// insertJobs encodes and inserts the batch's units, in sequence order for
-// an ordered pool, and returns the ones that became dead letters.
+// insertJobs inserts the batch's units, in sequence order for an ordered
+// pool, and returns the ones that became dead letters.
 func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) ([]*job, error) {
 	ordered := p.ordering == bustype.OrderingKey || p.ordering == bustype.OrderingGlobal
 	if ordered {
@@ -57,18 +51,7 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 	}
 	jobs := make([]*job, len(units))
 	for i, u := range units {
-		j := &job{u: u}
-		args, err := u.args.encode()
-		switch {
-		case err != nil:
-			j.reason = encodeFailure(err)
-		case len(args) > envelopeMaxBytes:
-			j.reason = fmt.Sprintf("too big: the envelope is %d bytes, over the limit of %d", len(args), envelopeMaxBytes)
-		default:
-			j.args = args
-		}
-		j.meta = jobMetadata(ordered, u)
-		jobs[i] = j
+		jobs[i] = &job{u: u, reason: u.undeliverable, meta: jobMetadata(ordered, u)}
 	}
 	var held map[string]bool
 	if ordered {
@@ -85,7 +68,7 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 		if err != nil {
 			return nil, err
 		}
-		refused, err := copyJobs(ctx, sp, p, jobs)
+		refused, err := writeJobs(ctx, sp, p, jobs)
 		if err != nil {
 			return nil, err
 		}
@@ -101,13 +84,10 @@ func (f *Fanout) insertJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, units
 		if err := sp.Rollback(ctx); err != nil {
 			return nil, err
 		}
-		for _, j := range refused {
-			j.args = nil
-		}
 	}
 	var dead []*job
 	for _, j := range jobs {
-		if j.args == nil {
+		if j.reason != "" {
 			dead = append(dead, j)
 		}
 	}
@@ -156,7 +136,7 @@ func busyLanes(ctx context.Context, tx pgx.Tx, p *lockedPool, units []unit) (map
 func decidePending(p *lockedPool, jobs []*job, held map[string]bool) {
 	d := lanes.NewDecider(held, p.onDeadLetter == bustype.DeadLetterBlock)
 	for _, j := range jobs {
-		if j.args == nil {
+		if j.reason != "" {
 			d.DeadLetter(j.u.lane)
 			continue
 		}
@@ -164,24 +144,32 @@ func decidePending(p *lockedPool, jobs []*job, held map[string]bool) {
 	}
 }
 
-// copyJobs inserts the jobs that have args, with COPY, and notifies River's
+// writeJobs inserts the jobs that can become jobs and notifies River's
 // producers of the pool's queue when one is available. When the database
-// refuses a row's data (a jsonb limit), it finds the rows it refuses by
-// halving the batch, each try in a savepoint, and returns them: the caller
-// rolls tx back and inserts again without them.
-func copyJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*job, error) {
+// refuses a job's args (a jsonb limit), it finds the jobs it refuses
+// (isolate), gives them their reason and returns them: the caller rolls
+// tx back and inserts again without them.
+func writeJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*job, error) {
 	var todo []*job
 	for _, j := range jobs {
-		if j.args != nil {
+		if j.reason == "" {
 			todo = append(todo, j)
 		}
 	}
 	if len(todo) == 0 {
 		return nil, nil
 	}
-	refused, err := copyFind(ctx, tx, p, todo)
-	if err != nil || len(refused) > 0 {
-		return refused, err
+	refused, err := isolate(ctx, tx, todo, func(tx pgx.Tx, jobs []*job) error { return insertSome(ctx, tx, p, jobs) })
+	if err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	if len(refused) > 0 {
+		var out []*job
+		for _, r := range refused {
+			r.item.reason = refusedReason(r.err)
+			out = append(out, r.item)
+		}
+		return out, nil
 	}
 	if slices.ContainsFunc(todo, func(j *job) bool { return !j.pending }) {
 		if _, err := tx.Exec(ctx, riversql.NotifyInsertQueues, []string{p.queue}); err != nil {
@@ -191,20 +179,64 @@ func copyJobs(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*jo
 	return nil, nil
 }
 
-func copyFind(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*job, error) {
+// insertSome inserts jobs with sqlInsertJobs.
+func insertSome(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) error {
+	var (
+		seqs                   []int64
+		firsts                 = make([]int64, len(jobs))
+		lo, hi, parts, ofParts = make([]int32, len(jobs)), make([]int32, len(jobs)), make([]int32, len(jobs)), make([]int32, len(jobs))
+		txids                  = make([]*string, len(jobs))
+		keys                   = make([]string, len(jobs))
+		late                   = make([]bool, len(jobs))
+		states                 = make([]string, len(jobs))
+		metas                  = make([][]byte, len(jobs))
+	)
+	for i, j := range jobs {
+		u := &j.u
+		firsts[i], late[i] = u.first, u.late
+		lo[i] = int32(len(seqs) + 1) // PostgreSQL arrays count from 1
+		seqs = append(seqs, u.seqs...)
+		hi[i] = int32(len(seqs))
+		if g := u.group; g != nil {
+			txids[i], keys[i], parts[i], ofParts[i] = &g.TransactionID, g.Key, int32(g.Part), int32(g.Parts)
+		}
+		states[i] = "available"
+		if j.pending {
+			states[i] = "pending"
+		}
+		metas[i] = j.meta
+		if metas[i] == nil {
+			metas[i] = []byte("{}")
+		}
+	}
+	tag, err := tx.Exec(ctx, sqlInsertJobs, p.name, p.maxAttempts, p.priority, p.queue, seqs,
+		firsts, lo, hi, txids, keys, late, parts, ofParts, states, metas)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != int64(len(jobs)) {
+		return fmt.Errorf("inserted %d jobs of %d", tag.RowsAffected(), len(jobs))
+	}
+	return nil
+}
+
+// refusal is an item the database refused alone (isolate), and its error.
+type refusal[T any] struct {
+	item T
+	err  *pgconn.PgError
+}
+
+// isolate runs try on items in a savepoint of tx. When the database
+// refuses the data (refusedData), it halves items and tries each half, each
+// in a savepoint of its own, down to single items, and returns those it
+// refuses alone, with the database's error: the rest succeeded. Any other
+// error ends it.
+func isolate[T any](ctx context.Context, tx pgx.Tx, items []T, try func(pgx.Tx, []T) error) ([]refusal[T], error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	_, err = riversql.CopyJobs(ctx, sp, len(jobs), func(i int) riversql.JobRow {
-		j := jobs[i]
-		state := "available"
-		if j.pending {
-			state = "pending"
-		}
-		return riversql.JobRow{Args: j.args, Kind: p.name, MaxAttempts: p.maxAttempts, Metadata: j.meta,
-			Priority: p.priority, Queue: p.queue, State: state}
-	})
+	err = try(sp, items)
 	if err == nil {
 		return nil, sp.Commit(ctx)
 	}
@@ -213,31 +245,82 @@ func copyFind(ctx context.Context, tx pgx.Tx, p *lockedPool, jobs []*job) ([]*jo
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || !refusedData(pgErr) {
-		return nil, fmt.Errorf("insert jobs: %w", err)
+		return nil, err
 	}
-	if len(jobs) == 1 {
-		jobs[0].reason = "refused by the database: " + pgErr.Message
-		return jobs, nil
+	if len(items) == 1 {
+		return []refusal[T]{{items[0], pgErr}}, nil
 	}
-	half := len(jobs) / 2
-	a, err := copyFind(ctx, tx, p, jobs[:half])
+	half := len(items) / 2
+	a, err := isolate(ctx, tx, items[:half], try)
 	if err != nil {
 		return nil, err
 	}
-	b, err := copyFind(ctx, tx, p, jobs[half:])
+	b, err := isolate(ctx, tx, items[half:], try)
 	if err != nil {
 		return nil, err
 	}
 	return append(a, b...), nil
 }
 
-// encodeFailure is the reason of a unit whose envelope encoding/json cannot
-// encode: short, as `dlq list` shows the first 60 characters.
-func encodeFailure(err error) string {
-	if strings.Contains(err.Error(), "exceeded max depth") {
-		return "too deep: JSON nested over the 10000 levels encoding/json accepts (" + err.Error() + ")"
+// JSON depth. A handler decodes its job's args with encoding/json, which
+// refuses JSON nested deeper than 10,000 levels: an event whose data or
+// metadata, inside its envelope, would be that deep can never become a
+// job. The probe asks for an item at or below level 9,999 of the envelope,
+// as migration 007's trigger does for a retry (a level of margin), so
+// in an event's data or metadata, below the levels the envelope adds: one
+// for an event's job ({"data": …}), three for a group's ({"events":
+// [{"data": …}]}).
+const (
+	jsonDepthEvent = `lax $.**{9998 to last}`
+	jsonDepthGroup = `lax $.**{9996 to last}`
+)
+
+// tooDeepReason is the reason of an event too deep for a handler; it ends
+// as encoding/json's own error does.
+const tooDeepReason = "too deep: JSON nested over the 10000 levels encoding/json accepts (exceeded max depth)"
+
+// probeEvents returns, of the events seqs, those nested too deep for their
+// job (path, jsonDepthEvent or jsonDepthGroup), with the reason, and, when
+// measure, the others' sizes as jsonb. The database
+// walks the events; one too deep for its own stack to walk is found by
+// isolate, and too deep all the same.
+func probeEvents(ctx context.Context, tx pgx.Tx, seqs []int64, path string, measure bool) (deep map[int64]string, sizes map[int64]int64, _ error) {
+	deep, sizes = map[int64]string{}, map[int64]int64{}
+	if len(seqs) == 0 {
+		return deep, sizes, nil
 	}
-	return "cannot be encoded as JSON: " + err.Error()
+	refused, err := isolate(ctx, tx, seqs, func(tx pgx.Tx, seqs []int64) error {
+		rows, err := tx.Query(ctx, sqlProbeEvents, seqs, path, measure, groupPartMaxBytes)
+		if err != nil {
+			return err
+		}
+		var seq, size int64
+		var tooDeep bool
+		_, err = pgx.ForEachRow(rows, []any{&seq, &tooDeep, &size}, func() error {
+			if tooDeep {
+				deep[seq] = tooDeepReason
+			}
+			sizes[seq] = size
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("probe events: %w", err)
+	}
+	for _, r := range refused {
+		deep[r.item] = refusedReason(r.err)
+	}
+	return deep, sizes, nil
+}
+
+// refusedReason is the reason of a unit the database refused alone: too
+// deep when its stack could not walk it, else its message.
+func refusedReason(err *pgconn.PgError) string {
+	if err.Code == pgerrcode.StatementTooComplex {
+		return tooDeepReason + " (" + err.Message + ")"
+	}
+	return "refused by the database: " + err.Message
 }
 
 // refusedData reports whether err is the database refusing a value (a data
@@ -258,7 +341,7 @@ func insertDeadLetters(ctx context.Context, tx pgx.Tx, p *lockedPool, dead []*jo
 	metas := make([][]byte, len(dead))
 	reasons := make([]string, len(dead))
 	for i, j := range dead {
-		stub, err := json.Marshal(j.u.args.stub(j.reason))
+		stub, err := json.Marshal(j.u.stub(j.reason))
 		if err != nil {
 			return fmt.Errorf("encode dead-letter stub: %w", err)
 		}

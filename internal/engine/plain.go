@@ -48,25 +48,29 @@ func plainKindOf(p *lockedPool) plainKind {
 
 // sqlPlainBatch is the plain path's statement; the first %s is the type
 // condition.
-// Each job's args are a bustype.EventJob, riversql.EventEnvelope
+// Each job's args are a bustype.EventJob, riversql.EventArgs
 // (envelope_test.go pins the two together); the job row and River's
 // notification are package riversql's.
-// $1 pool, $2 batch size, $3 whether the pool must have a type filter.
+// $1 pool, $2 batch size, $3 whether the pool must have a type filter, $4
+// the byte budget (fanout.Config.BatchBytes): the batch stops before the
+// event whose stored bytes would take it past the budget, as the general
+// path's read does (budgetedRead).
 //
 // It returns whether it locked the pool row, whether the plain path
 // applied, the jobs inserted, the cursor after it, the notifications sent,
-// whether it stopped before a big event, and (the second %s) the
-// traceparents of a traced batch's events or NULL. Every part reads one
-// snapshot: no late event in it (sqlNoLateEvents) means none to deliver
-// and none to record.
+// whether it stopped before a big event, whether the byte budget cut it,
+// and (the second %s) the traceparents of a traced batch's events or NULL.
+// Every part reads one snapshot: no late event in it (sqlNoLateEvents)
+// means none to deliver and none to record.
 //
 // Only small events take this path: data and metadata stored uncompressed
 // in at most 32 kB together. A big one ends the batch just before it (the
-// cursor stops there) and the general path handles it, where each envelope
-// is encoded and checked on its own (insert.go): a jsonb value nested
-// deeper than encoding/json accepts (10,000 levels) takes at least 8 bytes
-// a level, so none is small, and neither is one near jsonb's size limit.
-// Reading the stored size and compression costs no detoasting.
+// cursor stops there) and the general path handles it, where each event's
+// depth is probed and each job inserted so that the database's refusal
+// costs only that job (insert.go): a jsonb value nested deeper than
+// encoding/json accepts (10,000 levels) takes at least 8 bytes a level, so
+// none is small, and neither is one near jsonb's size limit. Reading the
+// stored size and compression costs no detoasting.
 const sqlPlainBatch = `WITH p AS (
 	SELECT name, queue, event_types, tags, max_attempts, priority, cursor_seq,
 		ordering = 'none' AND grouping = 'none' AND (cardinality(event_types) > 0) = $3 AS plain
@@ -79,7 +83,8 @@ h AS (
 rd AS (
 	SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at,
 		pg_column_compression(e.data) IS NULL AND pg_column_compression(e.metadata) IS NULL
-			AND pg_column_size(e.data) + pg_column_size(e.metadata) <= 32768 AS small
+			AND pg_column_size(e.data) + pg_column_size(e.metadata) <= 32768 AS small,
+		sum(` + storedSize + `) OVER (ORDER BY e.global_sequence) - (` + storedSize + `) AS before
 	FROM riverbus_event e
 	WHERE e.global_sequence > (SELECT cursor_seq FROM p WHERE plain)
 		AND e.global_sequence <= (SELECT horizon FROM h)
@@ -88,17 +93,17 @@ rd AS (
 	LIMIT $2
 ),
 cut AS (
-	SELECT min(global_sequence) AS at FROM rd WHERE NOT small
+	SELECT min(global_sequence) AS at FROM rd WHERE NOT small OR before >= $4
 ),
 ev AS (
 	SELECT * FROM rd WHERE rd.global_sequence < coalesce((SELECT at FROM cut), 9223372036854775807)
 ),
 ins AS (
 	INSERT INTO river_job (` + riversql.JobColumnList + `)
-	SELECT ` + riversql.EventEnvelope + `,
+	SELECT ` + eventEnvelope + `,
 		p.name, p.max_attempts, ` + sqlJobTraceMetadata + `, p.priority, p.queue, 'available', '{}'
-	FROM ev CROSS JOIN p
-	ORDER BY ev.global_sequence
+	FROM ev AS e CROSS JOIN p
+	ORDER BY e.global_sequence
 	RETURNING 1
 ),
 n AS (
@@ -121,7 +126,8 @@ SELECT EXISTS (SELECT 1 FROM p),
 	coalesce((SELECT cursor_seq FROM adv), (SELECT cursor_seq FROM p)),
 	(SELECT count(` + riversql.NotifyInsert + `)
 		FROM p WHERE EXISTS (SELECT 1 FROM ins)),
-	EXISTS (SELECT 1 FROM cut WHERE at IS NOT NULL),
+	EXISTS (SELECT 1 FROM cut JOIN rd ON rd.global_sequence = cut.at WHERE NOT rd.small),
+	EXISTS (SELECT 1 FROM cut JOIN rd ON rd.global_sequence = cut.at WHERE rd.small),
 	%s`
 
 // sqlJobTraceMetadata is a plain job's metadata: its event's W3C trace
@@ -129,10 +135,10 @@ SELECT EXISTS (SELECT 1 FROM p),
 // (tracing.TraceParentKey, tracing.TraceStateKey), when the event's
 // metadata holds a traceparent string; else {}. jobMetadata is the same
 // on the general path.
-const sqlJobTraceMetadata = `CASE WHEN jsonb_typeof(ev.metadata->'traceparent') = 'string' AND ev.metadata->>'traceparent' <> ''
-			THEN jsonb_strip_nulls(jsonb_build_object('traceparent', ev.metadata->'traceparent',
-				'tracestate', CASE WHEN jsonb_typeof(ev.metadata->'tracestate') = 'string' AND ev.metadata->>'tracestate' <> ''
-					THEN ev.metadata->'tracestate' END))
+const sqlJobTraceMetadata = `CASE WHEN jsonb_typeof(e.metadata->'traceparent') = 'string' AND e.metadata->>'traceparent' <> ''
+			THEN jsonb_strip_nulls(jsonb_build_object('traceparent', e.metadata->'traceparent',
+				'tracestate', CASE WHEN jsonb_typeof(e.metadata->'tracestate') = 'string' AND e.metadata->>'tracestate' <> ''
+					THEN e.metadata->'tracestate' END))
 			ELSE '{}' END`
 
 // sqlPlainTraceParents is the last column of a traced plain batch: the
@@ -183,6 +189,8 @@ type plainCall struct {
 	cursor    *int64
 	notified  int64
 	big       bool
+	// overBudget: the byte budget cut the batch (it was full).
+	overBudget bool
 	// traceparents are those of the events fanned out, when tracing
 	// (sqlPlainTraceParents).
 	traceparents []string
@@ -208,8 +216,8 @@ func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind, riding bo
 	if riding {
 		b.Queue(sqlRideLimits)
 	}
-	b.Queue(sql, name, f.cfg.BatchSize, kind == plainTyped).QueryRow(func(row pgx.Row) error {
-		if err := row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big, &c.traceparents); err != nil {
+	b.Queue(sql, name, f.cfg.BatchSize, kind == plainTyped, f.cfg.BatchBytes).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big, &c.overBudget, &c.traceparents); err != nil {
 			return err
 		}
 		c.ran = true
@@ -266,7 +274,7 @@ func (f *Fanout) plainDone(c *plainCall, err error) (res fanout.BatchResult, ful
 		f.batchDone(res)
 		return res, false, false, nil
 	}
-	full = res.Jobs == f.cfg.BatchSize
+	full = res.Jobs == f.cfg.BatchSize || c.overBudget
 	if !full && c.cursor != nil {
 		f.mu.Lock()
 		f.heads[name] = *c.cursor

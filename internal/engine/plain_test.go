@@ -14,8 +14,8 @@ import (
 	"github.com/riverbus/riverbus/outbox"
 )
 
-// The plain path (one statement, envelope built in SQL) and the general
-// path (events read into Go) must give the same jobs: same envelope, same
+// The plain path (one statement) and the general path (event heads read
+// into Go, args built by the insert) must give the same jobs: same envelope, same
 // filters, same job columns.
 func TestPlainPathMatchesGeneralPath(t *testing.T) {
 	t.Parallel()

@@ -169,27 +169,39 @@ func TestDeepEventBecomesDeadLetter(t *testing.T) {
 	}
 }
 
-// An envelope bigger than the limit becomes a dead letter with the reason;
-// the events around it are delivered.
-func TestOversizedEnvelopeBecomesDeadLetter(t *testing.T) {
+// An envelope the database refuses (a limit such as jsonb's size, stood in
+// for here by a trigger that raises the same class of error) becomes a
+// dead letter with the reason, on the path where the database builds the
+// args; the events around it are delivered.
+func TestRefusedEnvelopeBecomesDeadLetter(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
-	defer engine.SetEnvelopeMaxBytes(4096)()
+	_, err := b.db.Exec(context.Background(), `CREATE FUNCTION test_refuse_job() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.args->'data' ? 'refuse' THEN
+		RAISE EXCEPTION 'total size of jsonb object elements exceeds the maximum' USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER test_refuse_job BEFORE INSERT ON river_job FOR EACH ROW EXECUTE FUNCTION test_refuse_job()`)
+	require.NoError(t, err)
 	createPool(t, b.db, bustype.PoolParams{Name: "plain"})
 	createPool(t, b.db, bustype.PoolParams{Name: "keyed", Ordering: bustype.OrderingKey})
 	f := newFanout(t, b.db, fanout.Config{})
 	before := appendOK(t, b.db, "a")
 	var big int64
 	require.NoError(t, b.db.QueryRow(context.Background(),
-		`INSERT INTO riverbus_event (type, key, data) VALUES ('big', 'a', jsonb_build_object('s', repeat('x', 5000))) RETURNING global_sequence`).Scan(&big))
-	after := appendOK(t, b.db, "a")
+		`INSERT INTO riverbus_event (type, key, data) VALUES ('big', 'b', jsonb_build_object('refuse', repeat('x', 50000))) RETURNING global_sequence`).Scan(&big))
+	after := appendOK(t, b.db, "c")
 	drain(t, f)
 	for _, pool := range []string{"plain", "keyed"} {
 		jobs := jobStates(t, b.db, pool)
 		require.Len(t, jobs, 3, pool)
 		require.Equal(t, "discarded", jobs[big].state, pool)
-		require.Contains(t, deadLetters(t, b.db, pool)[big].lastError, "over the limit of 4096", pool)
-		require.Contains(t, jobs, before, pool)
-		require.Contains(t, jobs, after, pool)
+		require.Equal(t, "refused by the database: total size of jsonb object elements exceeds the maximum",
+			deadLetters(t, b.db, pool)[big].lastError, pool)
+		require.Equal(t, "available", jobs[before].state, pool)
+		require.Equal(t, "available", jobs[after].state, pool)
 	}
 }
 

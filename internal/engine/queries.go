@@ -28,18 +28,47 @@ FROM riverbus_pool WHERE name = $1 AND status = 'active' FOR NO KEY UPDATE SKIP 
 	sqlHorizonAndSkipped = `SELECT coalesce((SELECT horizon FROM riverbus_horizon), riverbus_horizon_missing()),
 	EXISTS (SELECT 1 FROM riverbus_skipped) OR EXISTS (SELECT 1 FROM riverbus_late)`
 
-	eventColumns = `e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at,
-	e.transaction_id::text`
+	// eventHeadColumns are what the general path reads of an event:
+	// everything but its payload (data and metadata), which never travels
+	// to this process (the jobs' args are built by the insert,
+	// sqlInsertJobs), and the trace context the job's metadata carries,
+	// read from the event's metadata as tracing.FromMetadata reads it.
+	eventHeadColumns = `e.global_sequence, e.event_id, e.type, e.key, e.tags, e.occurred_at, e.transaction_id::text AS txid,
+	CASE WHEN jsonb_typeof(e.metadata->'traceparent') = 'string' THEN e.metadata->>'traceparent' ELSE '' END AS traceparent,
+	CASE WHEN jsonb_typeof(e.metadata->'tracestate') = 'string' THEN e.metadata->>'tracestate' ELSE '' END AS tracestate`
+
+	// storedSize is an event's size as stored: compressed where PostgreSQL
+	// compressed it, read from the values' headers without detoasting them.
+	// The batches' byte budget counts it.
+	storedSize = `pg_column_size(e.data) + pg_column_size(e.metadata)`
+
+	// eventColumns: the head and the stored size.
+	eventColumns = eventHeadColumns + `, ` + storedSize + ` AS size`
+
+	// A budgeted read of events (e): at most $4 (the batch size) of them in
+	// sequence order, cut before the first whose stored bytes would take
+	// the read past $5 (the byte budget); the first is always taken, so a
+	// batch always progresses. Its last column is how many events the read
+	// took before the cut, so the caller knows whether the budget cut it.
+	// The running sum streams, so the LIMIT still stops the scan.
+	budgetedRead = `WITH r AS MATERIALIZED (
+	SELECT ` + eventColumns + `, sum(` + storedSize + `) OVER (ORDER BY e.global_sequence) AS running`
+	budgetedCut = `
+	ORDER BY e.global_sequence LIMIT $4
+)
+SELECT r.global_sequence, r.event_id, r.type, r.key, r.tags, r.occurred_at, r.txid, r.traceparent, r.tracestate,
+	r.size, (SELECT count(*) FROM r)
+FROM r WHERE r.running - r.size < $5 ORDER BY r.global_sequence`
 
 	// Two forms so the type filter can use the (type, global_sequence)
 	// index.
-	sqlEventsAll = `SELECT ` + eventColumns + ` FROM riverbus_event e
-WHERE e.global_sequence > $1 AND e.global_sequence <= $2 AND e.tags @> $3
-ORDER BY e.global_sequence LIMIT $4`
+	sqlEventsAll = budgetedRead + `
+FROM riverbus_event e
+WHERE e.global_sequence > $1 AND e.global_sequence <= $2 AND e.tags @> $3` + budgetedCut
 
-	sqlEventsOfTypes = `SELECT ` + eventColumns + ` FROM riverbus_event e
-WHERE e.global_sequence > $1 AND e.global_sequence <= $2 AND e.tags @> $3 AND e.type = ANY($5)
-ORDER BY e.global_sequence LIMIT $4`
+	sqlEventsOfTypes = budgetedRead + `
+FROM riverbus_event e
+WHERE e.global_sequence > $1 AND e.global_sequence <= $2 AND e.tags @> $3 AND e.type = ANY($6)` + budgetedCut
 
 	// Events in skipped ranges (or late) that the normal path just read
 	// (and delivered): recorded so the late path does not deliver them
@@ -55,7 +84,9 @@ ON CONFLICT DO NOTHING`
 	// above its start) that are late (riverbus_late) or lie inside a skipped
 	// range (late, not yet marked by a round), and that the pool has not
 	// handled. Driven by the late events and the ranges, never by the log.
-	sqlLateEvents = `SELECT ` + eventColumns + ` FROM (
+	// Budgeted as a batch's events are ($4, $5): the late path reads as
+	// much as the normal path at most.
+	sqlLateEvents = budgetedRead + ` FROM (
 	SELECT l.sequence AS seq FROM riverbus_late l WHERE l.sequence <= $2 AND l.sequence > $3
 	UNION
 	SELECT e.global_sequence FROM riverbus_skipped s
@@ -63,8 +94,7 @@ ON CONFLICT DO NOTHING`
 	WHERE s.first_sequence <= $2 AND s.last_sequence > $3 AND e.global_sequence <= $2 AND e.global_sequence > $3
 ) c
 JOIN riverbus_event e ON e.global_sequence = c.seq
-WHERE NOT EXISTS (SELECT 1 FROM riverbus_pool_late pl WHERE pl.pool = $1 AND pl.sequence = c.seq)
-ORDER BY c.seq`
+WHERE NOT EXISTS (SELECT 1 FROM riverbus_pool_late pl WHERE pl.pool = $1 AND pl.sequence = c.seq)` + budgetedCut
 
 	// Whether no late event can be pending: none recorded and not yet
 	// retired, and no committed event inside a skipped range (one index
@@ -170,6 +200,53 @@ ORDER BY g.ord, e.global_sequence`
 
 // The general path's insert (insert.go).
 const (
+	// eventEnvelope is the args of an event's job (riversql.EventArgs); the
+	// plain path builds its jobs with it too.
+	eventEnvelope = riversql.EventArgs
+
+	// The jobs of a batch, their args built here from riverbus_event, so
+	// the events' payload never leaves the database. $1 kind, $2 max
+	// attempts, $3 priority, $4 queue; $5 the jobs' events, one after the
+	// other; then one element per job, in insert order: $6 its first
+	// event, $7 and $8 the bounds of its events in $5, $9 its transaction
+	// (a group's part; NULL for an event's job), $10 the group's key, $11
+	// late, $12 and $13 its part and the number of parts, $14 its state,
+	// $15 its metadata. A group part's args are a bustype.GroupJob.
+	//
+	// A group's events are aggregated in the order of a sorted subquery of
+	// their sequences, not with ORDER BY in the aggregate: that would sort
+	// the envelopes themselves, spilling every big one to disk. Late is
+	// added only to a late job's args: adding an empty object would copy
+	// every job's args once more.
+	sqlInsertJobs = `INSERT INTO river_job (` + riversql.JobColumnList + `)
+SELECT CASE WHEN j.late THEN a.args || '{"late": true}'::jsonb ELSE a.args END,
+	$1, $2, j.meta, $3, $4, j.state::river_job_state, '{}'
+FROM unnest($6::bigint[], $7::int[], $8::int[], $9::text[], $10::text[], $11::bool[], $12::int[], $13::int[],
+	$14::text[], $15::jsonb[]) WITH ORDINALITY AS j(first, lo, hi, txid, key, late, part, parts, state, meta, ord)
+CROSS JOIN LATERAL (
+	SELECT CASE WHEN j.txid IS NULL THEN (SELECT ` + eventEnvelope + ` FROM riverbus_event e WHERE e.global_sequence = j.first)
+		ELSE jsonb_build_object('global_sequence', j.first, 'transaction_id', j.txid, 'key', j.key,
+			'events', (SELECT jsonb_agg((SELECT ` + eventEnvelope + ` FROM riverbus_event e WHERE e.global_sequence = u.seq))
+				FROM (SELECT seq FROM unnest(($5::bigint[])[j.lo:j.hi]) AS seq ORDER BY seq) u),
+			'part', j.part, 'parts', j.parts) END AS args
+) a
+ORDER BY j.ord`
+
+	// The events $1 (probeEvents): whether their data or metadata have an
+	// item at the depth $2 (a jsonpath) or deeper, and, when $3, the size
+	// of the data and metadata of those that do not, as jsonb (a group
+	// part's bound: the jsonb limit counts it, and stored sizes may be
+	// compressed), unless their stored size already reaches $4 (a part's
+	// bound: such an event is a part of its own whatever its size as
+	// jsonb, which is at least its stored size). Walking a value too deep
+	// for the server's stack fails the statement.
+	sqlProbeEvents = `SELECT e.global_sequence, e.deep,
+	CASE WHEN NOT $3 OR e.deep THEN 0
+		WHEN ` + storedSize + ` >= $4 THEN ` + storedSize + `
+		ELSE pg_column_size(jsonb_build_array(e.data, e.metadata)) END
+FROM (SELECT e.*, jsonb_path_exists(e.data, $2::jsonpath) OR jsonb_path_exists(e.metadata, $2::jsonpath) AS deep
+	FROM riverbus_event e WHERE e.global_sequence = ANY ($1::bigint[]) OFFSET 0) e`
+
 	// Dead letters of units that cannot become jobs: discarded at once,
 	// with the reason as their one error (River's AttemptError shape), so
 	// the trigger riverbus_dead_letter_keep_insert keeps them.

@@ -36,14 +36,14 @@ const NotifyInsert = `pg_notify(coalesce(current_schema() || '.', '') || 'river_
 // (text[]) and returns how many it sent.
 const NotifyInsertQueues = `SELECT count(` + NotifyInsert + `) FROM unnest($1::text[]) AS q(queue)`
 
-// EventEnvelope is the args of a pool job of one event (bustype.EventJob
-// without late) as an SQL expression over a riverbus_event row aliased ev:
-// the event's envelope, as the log holds it. The fan-out's plain path
-// inserts it (engine's envelope test pins it to the type, key for key),
+// EventArgs is the args of a pool job of one event, a bustype.EventJob
+// without late, built by the database from the event's row e: the
+// fan-out's jobs and the rebuilt dead letters (package deadletters) are
+// built with it, so an event's payload never has to leave the database,
 // and a webhook delivers it, rebuilt from the log, whatever a job row says.
-const EventEnvelope = `jsonb_build_object('global_sequence', ev.global_sequence, 'event_id', ev.event_id, 'type', ev.type,
-			'key', ev.key, 'tags', to_jsonb(ev.tags), 'data', ev.data, 'metadata', ev.metadata,
-			'occurred_at', ev.occurred_at)`
+// envelope_test.go in internal/engine pins it to the bustype types.
+const EventArgs = `jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
+	'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata, 'occurred_at', e.occurred_at)`
 
 // JobColumnList is the columns of river_job that riverbus sets when it
 // inserts a job, in the order of JobRow's values: River's own bulk insert's

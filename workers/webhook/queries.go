@@ -14,22 +14,22 @@ const sqlLogEvents = `WITH p AS (
 	SELECT queue, event_types, tags, grouping, ordering FROM riverbus_pool WHERE name = $1
 ),
 c AS (
-	SELECT c.ord, ev.global_sequence IS NOT NULL AS found,
-		coalesce(ev.tags @> p.tags AND (cardinality(p.event_types) = 0 OR ev.type = ANY(p.event_types)), false) AS matches,
-		ev.type, ev.key, ev.transaction_id::text AS txid, ev.occurred_at,
+	SELECT c.ord, e.global_sequence IS NOT NULL AS found,
+		coalesce(e.tags @> p.tags AND (cardinality(p.event_types) = 0 OR e.type = ANY(p.event_types)), false) AS matches,
+		e.type, e.key, e.transaction_id::text AS txid, e.occurred_at,
 		array_to_string(array_remove(ARRAY[
-			CASE WHEN c.claimed->'event_id' IS DISTINCT FROM to_jsonb(ev.event_id) THEN 'event_id' END,
-			CASE WHEN c.claimed->'type' IS DISTINCT FROM to_jsonb(ev.type) THEN 'type' END,
-			CASE WHEN c.claimed->'key' IS DISTINCT FROM to_jsonb(ev.key) THEN 'key' END,
-			CASE WHEN coalesce(nullif(c.claimed->'tags', 'null'), '[]') IS DISTINCT FROM to_jsonb(ev.tags) THEN 'tags' END,
-			CASE WHEN c.claimed->'data' IS DISTINCT FROM ev.data THEN 'data' END,
-			CASE WHEN c.claimed->'metadata' IS DISTINCT FROM ev.metadata THEN 'metadata' END,
+			CASE WHEN c.claimed->'event_id' IS DISTINCT FROM to_jsonb(e.event_id) THEN 'event_id' END,
+			CASE WHEN c.claimed->'type' IS DISTINCT FROM to_jsonb(e.type) THEN 'type' END,
+			CASE WHEN c.claimed->'key' IS DISTINCT FROM to_jsonb(e.key) THEN 'key' END,
+			CASE WHEN coalesce(nullif(c.claimed->'tags', 'null'), '[]') IS DISTINCT FROM to_jsonb(e.tags) THEN 'tags' END,
+			CASE WHEN c.claimed->'data' IS DISTINCT FROM e.data THEN 'data' END,
+			CASE WHEN c.claimed->'metadata' IS DISTINCT FROM e.metadata THEN 'metadata' END,
 			CASE WHEN c.claimed - '{global_sequence,event_id,type,key,tags,data,metadata,occurred_at}'::text[] <> '{}'
 				THEN 'fields of its own' END
 		], NULL), ', ') AS differs,
-		(` + riversql.EventEnvelope + `)::text AS envelope
+		(` + riversql.EventArgs + `)::text AS envelope
 	FROM unnest($2::bigint[], $3::jsonb[]) WITH ORDINALITY AS c(seq, claimed, ord)
-	LEFT JOIN riverbus_event ev ON ev.global_sequence = c.seq
+	LEFT JOIN riverbus_event e ON e.global_sequence = c.seq
 	LEFT JOIN p ON true
 )
 SELECT EXISTS (SELECT 1 FROM p), (SELECT queue FROM p), (SELECT grouping FROM p), (SELECT ordering FROM p),
