@@ -147,8 +147,8 @@ func TestAppendIfTxOverlappingEventsSerialize(t *testing.T) {
 	// B is blocked on one of A's locks.
 	require.Eventually(t, func() bool {
 		var waiting int
-		err := bundle.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks
-WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting)
+		err := bundle.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&waiting)
 		return err == nil && waiting == 1
 	}, 10*time.Second, 5*time.Millisecond)
 	select {

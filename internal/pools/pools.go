@@ -106,7 +106,7 @@ func Create(ctx context.Context, db database.DB, params bustype.PoolParams) (*bu
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// Retention waits while the start is set, and the start is never
 		// below where the log begins (DESIGN.md §8).
-		trimmed, err := retention.StartFloor(ctx, tx)
+		trimmed, err := retention.StartFloor(ctx, tx, "pool create")
 		if err != nil {
 			return err
 		}
@@ -326,7 +326,7 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		// Retention waits while the cursor moves back, and the cursor never
 		// goes below where the log begins: 0 (the beginning) is the oldest
 		// retained event, anything else below it is refused (DESIGN.md §8).
-		trimmed, err := retention.StartFloor(ctx, tx)
+		trimmed, err := retention.StartFloor(ctx, tx, "pool reset")
 		if err != nil {
 			return err
 		}
@@ -335,7 +335,12 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		} else if to < trimmed {
 			return retention.TrimmedError("reset position", to, trimmed)
 		}
-		if _, err := get(ctx, tx, name, true); err != nil {
+		// The pool's row: a fan-out batch of the pool in flight holds it.
+		err = database.WaitLockTx(ctx, tx, "pool reset", retention.LockTimeout, func() error {
+			_, err := get(ctx, tx, name, true)
+			return err
+		})
+		if err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, sqlPoolReset, name, to); err != nil {
