@@ -166,19 +166,28 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 	}
 	// Rolled back at the end: it wrote nothing, and ending it frees the lock.
 	defer lockTx.Rollback(context.Background()) //nolint:errcheck
-	err = database.WaitLockTx(ctx, lockTx, "migrate", lockTimeout, func() error {
+	// The transaction sits idle while the migrations run: a server's
+	// idle_in_transaction_session_timeout must not end it, and the lock
+	// with it, halfway.
+	if _, err := lockTx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	err = database.WaitLockTx(ctx, lockTx, "migrate: take the migration lock", lockTimeout, func() error {
 		_, err := lockTx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE",
 			pgx.Identifier{private, "riverbus_migrate_lock"}.Sanitize()))
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("migrate: take the migration lock: %w", err)
+		return nil, database.WrapOp("migrate: take the migration lock", err)
 	}
 
 	// The migrations run on a connection of their own (the lock's
 	// transaction stays open), with every lock wait bounded.
 	cfg := pool.Config()
 	cfg.MaxConns, cfg.MinConns = 1, 0
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = database.LockTimeoutSetting(stmtTimeout)
 	work, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -202,13 +211,13 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 		return nil, fmt.Errorf("migrate: river: %w", err)
 	}
 	var riverRes *rivermigrate.MigrateResult
-	err = database.WaitLock(ctx, workCfg, workPID, "migrate: river", stmtTimeout, func() error {
+	err = database.WaitLock(ctx, func() *pgx.ConnConfig { return workCfg }, workPID, "migrate: river", stmtTimeout, func() error {
 		var err error
 		riverRes, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("migrate: river: %w", err)
+		return nil, database.WrapOp("migrate: river", err)
 	}
 	for _, v := range riverRes.Versions {
 		res.River = append(res.River, v.Version)
@@ -265,11 +274,7 @@ func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private
 			})
 		})
 		if err != nil {
-			var lockErr *database.LockWaitError
-			if errors.As(err, &lockErr) {
-				return err // names the operation already
-			}
-			return fmt.Errorf("%s: %w", op, err)
+			return database.WrapOp(op, err)
 		}
 		res.Riverbus = append(res.Riverbus, m.Version)
 	}

@@ -162,7 +162,7 @@ func appendIfTx(ctx context.Context, tx pgx.Tx, cond AppendCondition, events []E
 	batch.Queue(appendIfQuery, payload, conflictTypes, conflictItems, cond.After, duplicateTypes, duplicateItems)
 	batch.Queue(database.SQLLockTimeoutRestore)
 	conn := tx.Conn()
-	err = database.WaitLock(ctx, conn.Config(), conn.PgConn().PID(), "append if: lock append condition", timeout, func() error {
+	err = database.WaitLock(ctx, conn.Config, conn.PgConn().PID(), "append if: lock append condition", timeout, func() error {
 		results := tx.SendBatch(ctx, batch)
 		defer results.Close()
 		if _, err := results.Exec(); err != nil {

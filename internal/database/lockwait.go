@@ -179,7 +179,7 @@ func CollectLockHolders(rows pgx.Rows, extra ...any) ([]LockHolder, error) {
 // watch looks every interval, from the first look after delay, until ctx
 // ends. The connection is made only if the wait lasts that long, so a
 // statement that gets its lock at once costs nothing.
-func (w *lockWatch) watch(ctx context.Context, cfg *pgx.ConnConfig, pid uint32, delay, interval time.Duration) {
+func (w *lockWatch) watch(ctx context.Context, config func() *pgx.ConnConfig, pid uint32, delay, interval time.Duration) {
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	select {
@@ -187,7 +187,10 @@ func (w *lockWatch) watch(ctx context.Context, cfg *pgx.ConnConfig, pid uint32, 
 		return
 	case <-timer.C:
 	}
-	cfg = cfg.Copy()
+	cfg := config().Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
 	cfg.RuntimeParams["application_name"] = "riverbus lock watch"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -208,12 +211,12 @@ func (w *lockWatch) watch(ctx context.Context, cfg *pgx.ConnConfig, pid uint32, 
 }
 
 // WaitLock runs fn, statements on the connection whose backend is pid
-// (configured as cfg) that may wait for locks under a lock_timeout of
-// timeout, which the caller has set. While they wait, a second connection
+// (configured as config returns, called only if the wait lasts) that may
+// wait for locks under a lock_timeout of timeout, which the caller has set. While they wait, a second connection
 // made like the first asks pg_blocking_pids who holds the lock; when the
 // wait runs out (SQLSTATE 55P03) WaitLock returns a *LockWaitError that
 // names them. Any other error is returned as it is.
-func WaitLock(ctx context.Context, cfg *pgx.ConnConfig, pid uint32, op string, timeout time.Duration, fn func() error) error {
+func WaitLock(ctx context.Context, config func() *pgx.ConnConfig, pid uint32, op string, timeout time.Duration, fn func() error) error {
 	watchCtx, stop := context.WithCancel(ctx)
 	w := &lockWatch{}
 	var done sync.WaitGroup
@@ -222,7 +225,7 @@ func WaitLock(ctx context.Context, cfg *pgx.ConnConfig, pid uint32, op string, t
 		defer done.Done()
 		// Most waits end at once; the first look comes well before the
 		// bound, so a holder that stays is seen however short the bound.
-		w.watch(watchCtx, cfg, pid, min(timeout/4, 200*time.Millisecond), min(max(timeout/5, 50*time.Millisecond), time.Second))
+		w.watch(watchCtx, config, pid, min(timeout/4, 200*time.Millisecond), min(max(timeout/5, 50*time.Millisecond), time.Second))
 	}()
 	err := fn()
 	stop()
@@ -247,11 +250,21 @@ func WaitLockTx(ctx context.Context, tx pgx.Tx, op string, timeout time.Duration
 		return fmt.Errorf("%s: set lock_timeout: %w", op, err)
 	}
 	conn := tx.Conn()
-	if err := WaitLock(ctx, conn.Config(), conn.PgConn().PID(), op, timeout, fn); err != nil {
+	if err := WaitLock(ctx, conn.Config, conn.PgConn().PID(), op, timeout, fn); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, SQLLockTimeoutRestore); err != nil {
 		return fmt.Errorf("%s: restore lock_timeout: %w", op, err)
 	}
 	return nil
+}
+
+// WrapOp prefixes err with op ("op: err"), unless err is a *LockWaitError,
+// whose message starts with the operation that waited already.
+func WrapOp(op string, err error) error {
+	var lockErr *LockWaitError
+	if err == nil || errors.As(err, &lockErr) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }

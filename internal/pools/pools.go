@@ -245,8 +245,12 @@ func SetStatus(ctx context.Context, db database.DB, name string, status bustype.
 		return nil, false, fmt.Errorf("%w: status must be %s or %s, got %q", bustype.ErrInvalidPool, bustype.PoolActive, bustype.PoolPaused, status)
 	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		pool, err = collectOne(tx.Query(ctx, sqlPoolSetStatus, name, status))
+		// The pool's row: a fan-out batch of the pool in flight holds it.
+		err := database.WaitLockTx(ctx, tx, "pool "+string(status), retention.LockTimeout, func() error {
+			var err error
+			pool, err = collectOne(tx.Query(ctx, sqlPoolSetStatus, name, status))
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -284,6 +288,16 @@ func SetStatus(ctx context.Context, db database.DB, name string, status bustype.
 		return nil, false, fmt.Errorf("set pool %q %s: %w", name, status, err)
 	}
 	return pool, sharedQueue, nil
+}
+
+// lockPool locks the pool's row for op in tx. A fan-out batch of the pool
+// in flight holds it; the wait is bounded and names the holder when it
+// runs out.
+func lockPool(ctx context.Context, tx pgx.Tx, op, name string) error {
+	return database.WaitLockTx(ctx, tx, op, retention.LockTimeout, func() error {
+		_, err := get(ctx, tx, name, true)
+		return err
+	})
 }
 
 func collectOne(rows pgx.Rows, err error) (*bustype.Pool, error) {
@@ -335,12 +349,7 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 		} else if to < trimmed {
 			return retention.TrimmedError("reset position", to, trimmed)
 		}
-		// The pool's row: a fan-out batch of the pool in flight holds it.
-		err = database.WaitLockTx(ctx, tx, "pool reset", retention.LockTimeout, func() error {
-			_, err := get(ctx, tx, name, true)
-			return err
-		})
-		if err != nil {
+		if err := lockPool(ctx, tx, "pool reset", name); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, sqlPoolReset, name, to); err != nil {
@@ -367,7 +376,7 @@ func Reset(ctx context.Context, db database.DB, name string, to int64) (*bustype
 // letters are deleted with it (running ones finish on their own).
 func Delete(ctx context.Context, db database.DB, name string, force bool) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := get(ctx, tx, name, true); err != nil {
+		if err := lockPool(ctx, tx, "pool delete", name); err != nil {
 			return err
 		}
 		var unfinished int64

@@ -172,14 +172,10 @@ func walk(ctx context.Context, db database.DB, opts *Opts, apply bool) (*bustype
 			err = step(db)
 		}
 		if err != nil {
-			var lockErr *database.LockWaitError
-			if errors.As(err, &lockErr) {
-				return plan, err
-			}
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 				return plan, cmp.Or(ctx.Err(), err)
 			}
-			return plan, fmt.Errorf("retention step after %d: %w", from, err)
+			return plan, database.WrapOp(fmt.Sprintf("retention step after %d", from), err)
 		}
 		if plan.Batches == 0 {
 			plan.From = stepFrom
@@ -232,11 +228,7 @@ func StartFloor(ctx context.Context, tx pgx.Tx, op string) (int64, error) {
 		return err
 	})
 	if err != nil {
-		var lockErr *database.LockWaitError
-		if errors.As(err, &lockErr) {
-			return 0, err
-		}
-		return 0, fmt.Errorf("%s: lock out retention: %w", op, err)
+		return 0, database.WrapOp(op+": lock out retention", err)
 	}
 	var floor int64
 	if err := tx.QueryRow(ctx, SQLTrimmedThrough).Scan(&floor); err != nil {
