@@ -3,22 +3,31 @@
 //
 // # Concurrency
 //
-// Up holds a PostgreSQL advisory lock on one dedicated connection for its
-// whole run, so any number of processes may call it at once: the first
-// migrates, the others wait and then find nothing left to do. Each riverbus
-// migration runs in its own transaction together with the row that records
-// it in riverbus_migration, so a failed migration leaves no trace.
+// Up holds a table lock in the install's private schema (PrivateSchema),
+// which only the owner may take, in a transaction on one dedicated
+// connection for its whole run, so any number of processes may call it at
+// once: the first migrates, the others wait and then find nothing left to
+// do. (An advisory lock, which it replaced, could be taken by any login.)
+// Each riverbus migration runs in its own transaction together with the row
+// that records it in riverbus_migration, so a failed migration leaves no
+// trace. Every lock wait is bounded and, when it runs out, names who held
+// the lock.
 package migrations
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -31,9 +40,6 @@ import (
 
 //go:embed sql/*.up.sql
 var files embed.FS
-
-// lockKey is the advisory lock riverbus migrations hold ("rbus", "migr").
-const lockKeyClass, lockKeyObject int32 = 0x72627573, 0x6d696772
 
 // Migration is one embedded riverbus migration.
 type Migration struct {
@@ -79,64 +85,174 @@ func All() ([]Migration, error) {
 	return all, nil
 }
 
+// UpOpts are the optional settings of UpWithOpts.
+type UpOpts struct {
+	// LockTimeout bounds the wait for another process's migration (Up's own
+	// lock). Zero means LockTimeoutDefault.
+	LockTimeout time.Duration
+	// StatementLockTimeout bounds each migration statement's wait for a
+	// table lock: a session that merely parsed a statement on a table in a
+	// schema it may use (PREPARE p AS DELETE FROM river_job) holds a lock
+	// that DDL waits for, whatever its grants. Zero means
+	// StatementLockTimeoutDefault.
+	StatementLockTimeout time.Duration
+}
+
+// LockTimeoutDefault and StatementLockTimeoutDefault are UpOpts' defaults.
+const (
+	LockTimeoutDefault          = 5 * time.Minute
+	StatementLockTimeoutDefault = 30 * time.Second
+)
+
+// PrivateSchema returns the name of the schema that holds the locks of the
+// riverbus install in schema install: riverbus_private_ and the install's
+// schema, or a hash of that schema's name when the name would not fit in
+// an identifier (63 bytes), so two installs in one database never share
+// one. Only riverbus_worker and the owner have USAGE on it (migration 018).
+func PrivateSchema(install string) string {
+	if len(privateSchemaPrefix)+len(install) <= 63 {
+		return privateSchemaPrefix + install
+	}
+	sum := sha256.Sum256([]byte(install))
+	return privateSchemaPrefix + hex.EncodeToString(sum[:16])
+}
+
+const privateSchemaPrefix = "riverbus_private_"
+
 // Up brings the database to the newest schema: River's migrations first, then
 // riverbus's, which build on River's river_job table. It is safe to run
 // concurrently and again: an up-to-date database is left unchanged.
 func Up(ctx context.Context, pool *pgxpool.Pool) (*UpResult, error) {
+	return UpWithOpts(ctx, pool, nil)
+}
+
+// UpWithOpts is Up with optional settings (nil: the defaults).
+//
+// It serializes with other processes' Up through a table lock in the
+// install's private schema (PrivateSchema), which it creates first, so
+// the role that migrates needs CREATE on the database the first time. That
+// lock is taken in SHARE UPDATE EXCLUSIVE mode, which no lock a statement
+// takes at parse time conflicts with, held by a transaction of its own on
+// one connection while the migrations run on another. A wait that runs
+// out, for that lock or for a table a migration alters, fails with a
+// *database.LockWaitError naming who held the lock.
+func UpWithOpts(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts) (*UpResult, error) {
+	if opts == nil {
+		opts = &UpOpts{}
+	}
 	all, err := All()
 	if err != nil {
 		return nil, err
 	}
+	return up(ctx, pool, opts, all)
+}
+
+// up is UpWithOpts with the riverbus migrations all.
+func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) (*UpResult, error) {
+	lockTimeout := cmp.Or(opts.LockTimeout, LockTimeoutDefault)
+	stmtTimeout := cmp.Or(opts.StatementLockTimeout, StatementLockTimeoutDefault)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
-	locked := false
-	defer func() {
-		if locked {
-			// A connection whose unlock failed must not go back to the pool
-			// still holding the lock.
-			if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1, $2)", lockKeyClass, lockKeyObject); err != nil {
-				_ = conn.Conn().Close(context.Background())
-			}
-		}
-		conn.Release()
-	}()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", lockKeyClass, lockKeyObject); err != nil {
-		return nil, fmt.Errorf("migrate: take advisory lock: %w", err)
+	defer conn.Release()
+	private, err := ensurePrivateSchema(ctx, conn.Conn())
+	if err != nil {
+		return nil, err
 	}
-	locked = true
+	lockTx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: begin: %w", err)
+	}
+	// Rolled back at the end: it wrote nothing, and ending it frees the lock.
+	defer lockTx.Rollback(context.Background()) //nolint:errcheck
+	// The transaction sits idle while the migrations run: a server's
+	// idle_in_transaction_session_timeout must not end it, and the lock
+	// with it, halfway.
+	if _, err := lockTx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	err = database.WaitLockTx(ctx, lockTx, "migrate: take the migration lock", lockTimeout, func() error {
+		_, err := lockTx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE",
+			pgx.Identifier{private, "riverbus_migrate_lock"}.Sanitize()))
+		return err
+	})
+	if err != nil {
+		return nil, database.WrapOp("migrate: take the migration lock", err)
+	}
+
+	// The migrations run on a connection of their own (the lock's
+	// transaction stays open), with every lock wait bounded.
+	cfg := pool.Config()
+	cfg.MaxConns, cfg.MinConns = 1, 0
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = database.LockTimeoutSetting(stmtTimeout)
+	work, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer work.Close()
+	workConn, err := work.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: connect: %w", err)
+	}
+	// The one connection River's migrator will use, so the wait it may
+	// fall into is watched on the right backend.
+	workCfg, workPID := workConn.Conn().Config(), workConn.Conn().PgConn().PID()
+	workConn.Release()
 
 	res := &UpResult{}
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{
+	migrator, err := rivermigrate.New(riverpgxv5.New(work), &rivermigrate.Config{
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("migrate: river: %w", err)
 	}
-	riverRes, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	var riverRes *rivermigrate.MigrateResult
+	err = database.WaitLock(ctx, func() *pgx.ConnConfig { return workCfg }, workPID, "migrate: river", stmtTimeout, func() error {
+		var err error
+		riverRes, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("migrate: river: %w", err)
+		return nil, database.WrapOp("migrate: river", err)
 	}
 	for _, v := range riverRes.Versions {
 		res.River = append(res.River, v.Version)
 	}
 
+	workConn, err = work.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer workConn.Release()
+	if err := applyRiverbus(ctx, workConn.Conn(), all, private, stmtTimeout, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// applyRiverbus applies the riverbus migrations not yet recorded in
+// riverbus_migration, each in a transaction of its own with its row, with
+// the private schema's name in the setting riverbus.private_schema.
+func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private string, stmtTimeout time.Duration, res *UpResult) error {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS riverbus_migration (
 		version integer PRIMARY KEY,
 		name text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return nil, fmt.Errorf("migrate: create riverbus_migration: %w", err)
+		return fmt.Errorf("migrate: create riverbus_migration: %w", err)
 	}
-	applied := map[int]bool{}
 	rows, err := conn.Query(ctx, "SELECT version FROM riverbus_migration")
 	if err != nil {
-		return nil, fmt.Errorf("migrate: read riverbus_migration: %w", err)
+		return fmt.Errorf("migrate: read riverbus_migration: %w", err)
 	}
 	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
-		return nil, fmt.Errorf("migrate: read riverbus_migration: %w", err)
+		return fmt.Errorf("migrate: read riverbus_migration: %w", err)
 	}
+	applied := map[int]bool{}
 	for _, v := range versions {
 		applied[v] = true
 	}
@@ -144,20 +260,74 @@ func Up(ctx context.Context, pool *pgxpool.Pool) (*UpResult, error) {
 		if applied[m.Version] {
 			continue
 		}
+		op := fmt.Sprintf("migrate: apply %03d_%s", m.Version, m.Name)
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT set_config('riverbus.private_schema', $1, true)`, private); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO riverbus_migration (version, name) VALUES ($1, $2)", m.Version, m.Name)
-			return err
+			return database.WaitLockTx(ctx, tx, op, stmtTimeout, func() error {
+				if _, err := tx.Exec(ctx, m.SQL); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, "INSERT INTO riverbus_migration (version, name) VALUES ($1, $2)", m.Version, m.Name)
+				return err
+			})
 		})
 		if err != nil {
-			return nil, fmt.Errorf("migrate: apply %03d_%s: %w", m.Version, m.Name, err)
+			return database.WrapOp(op, err)
 		}
 		res.Riverbus = append(res.Riverbus, m.Version)
 	}
-	return res, nil
+	return nil
 }
+
+// ensurePrivateSchema creates the install's private schema and the table
+// whose lock Up holds, unless they exist, and returns the schema's name.
+// Several processes may run it at once on an empty database: CREATE ... IF
+// NOT EXISTS checks and then inserts into the catalog, so the loser of
+// that race fails on a unique index and tries again, finding them there.
+func ensurePrivateSchema(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var install *string
+	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&install); err != nil {
+		return "", fmt.Errorf("migrate: read the current schema: %w", err)
+	}
+	if install == nil {
+		return "", errors.New("migrate: no schema to install into: no schema of search_path exists")
+	}
+	if strings.HasPrefix(*install, privateSchemaPrefix) {
+		return "", fmt.Errorf("migrate: schema %q is named like the private schema of a riverbus install (%s...); install riverbus in another schema", *install, privateSchemaPrefix)
+	}
+	private := PrivateSchema(*install)
+	for attempt := 1; ; attempt++ {
+		var exists bool
+		if err := conn.QueryRow(ctx, sqlPrivateLockExists, private).Scan(&exists); err != nil {
+			return "", fmt.Errorf("migrate: look for the private schema %s: %w", private, err)
+		}
+		if exists {
+			return private, nil
+		}
+		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s", pgx.Identifier{private}.Sanitize()))
+		if err == nil {
+			_, err = conn.Exec(ctx, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s ()", pgx.Identifier{private, "riverbus_migrate_lock"}.Sanitize()))
+		}
+		switch {
+		case err == nil:
+		case attempt < 5 && (database.IsCode(err, pgerrcode.UniqueViolation) || database.IsCode(err, pgerrcode.DuplicateSchema) ||
+			database.IsCode(err, pgerrcode.DuplicateTable) || database.IsCode(err, pgerrcode.DuplicateObject)):
+			// DuplicateObject: the table's row type lost the race in pg_type.
+		case database.IsCode(err, pgerrcode.InsufficientPrivilege):
+			return "", fmt.Errorf("migrate: create the private schema %s (the role that migrates needs CREATE on the database, or a superuser runs CREATE SCHEMA %s AUTHORIZATION <that role>): %w",
+				private, pgx.Identifier{private}.Sanitize(), err)
+		default:
+			return "", fmt.Errorf("migrate: create the private schema %s: %w", private, err)
+		}
+	}
+}
+
+// sqlPrivateLockExists: whether the private schema $1 and its migration
+// lock table exist (a catalog lookup, which needs no USAGE on it).
+const sqlPrivateLockExists = `SELECT EXISTS (SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	WHERE n.nspname = $1 AND c.relname = 'riverbus_migrate_lock')`
 
 // Version returns the newest riverbus migration version applied to the
 // database, or 0 when none is.

@@ -456,6 +456,16 @@ CREATE OPERATOR rbt_evil.& (LEFTARG = integer, RIGHTARG = integer, FUNCTION = rb
 	value(&n, `SELECT count(*) FROM `+q("riverbus_event_renumber")+`()`)
 	require.Zero(t, n)
 
+	// 018: the private schema's name, its locks' holders, retention's start
+	// lock and AppendIf's bucket rows.
+	var private string
+	value(&private, `SELECT `+q("riverbus_private_schema")+`()`)
+	require.NotEmpty(t, private)
+	value(&n, `SELECT count(*) FROM `+q("riverbus_horizon_lock_holders")+`()`)
+	exec(`SELECT ` + q("riverbus_retention_start_lock") + `()`)
+	var buckets int
+	value(&buckets, `SELECT `+q("riverbus_append_if_lock")+`(ARRAY[1, 2]::bigint[], ARRAY[true, false])`)
+
 	// 003: the lane's bucket and the unused lock class.
 	var bucket, want int
 	value(&bucket, `SELECT `+q("riverbus_lane_bucket")+`('k1')`)

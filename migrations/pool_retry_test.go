@@ -36,11 +36,22 @@ func migratedBelow(t *testing.T, version int) *pgxpool.Pool {
 	_, err = pool.Exec(ctx, `CREATE TABLE riverbus_migration (version integer PRIMARY KEY, name text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`)
 	require.NoError(t, err)
+	// As Up does: the private schema (018) exists, and each migration is
+	// told its name.
+	var private string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&private))
+	private = migrations.PrivateSchema(private)
+	_, err = pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{private}.Sanitize()+
+		`; CREATE TABLE `+pgx.Identifier{private, "riverbus_migrate_lock"}.Sanitize()+` ()`)
+	require.NoError(t, err)
 	for _, m := range all {
 		if m.Version >= version {
 			break
 		}
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('riverbus.private_schema', $1, true)`, private); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}

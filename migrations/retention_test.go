@@ -64,9 +64,11 @@ func TestRetentionRights(t *testing.T) {
 		`SELECT * FROM riverbus_retention_step(0, NULL, NULL, 10, true)`,
 		`SELECT * FROM riverbus_retention`,
 	)
+	var private string
+	require.NoError(t, b.owner.QueryRow(ctx, `SELECT riverbus_private_schema()`).Scan(&private))
 	for _, mode := range []string{"SHARE ROW EXCLUSIVE", "ROW EXCLUSIVE"} {
 		err := pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "LOCK TABLE riverbus_retention_lock IN "+mode+" MODE")
+			_, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{private, "riverbus_retention_lock"}.Sanitize()+" IN "+mode+" MODE")
 			return err
 		})
 		require.Equal(t, pgerrcode.InsufficientPrivilege, database.Code(err), "%s: %v", mode, err)

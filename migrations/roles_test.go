@@ -1,6 +1,7 @@
 package migrations_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -49,33 +50,49 @@ type rolesBundle struct {
 // to the two group roles, as the README's statements do.
 func setupRoles(t *testing.T) *rolesBundle {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	owner := pgtest.Connect(t, url)
-	_, err := owner.Exec(context.Background(), `DO $$
+	b := setupDatabase(t, "REVOKE ALL ON SCHEMA %I FROM PUBLIC", "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC")
+	_, err := b.owner.Exec(context.Background(), `DO $$
 BEGIN
-  EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', current_schema());
-  EXECUTE format('REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %I FROM PUBLIC', current_schema());
   EXECUTE format('REVOKE CONNECT, TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
   EXECUTE format('GRANT CONNECT ON DATABASE %I TO riverbus_app, riverbus_worker', current_database());
 END
 $$`)
 	require.NoError(t, err)
+	return b
+}
+
+// setupDatabase gives the test a fresh migrated database after running
+// each of statements, formatted with the name of the schema riverbus is
+// installed in.
+func setupDatabase(t *testing.T, statements ...string) *rolesBundle {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	owner := pgtest.Connect(t, url)
+	for _, stmt := range statements {
+		var sql string
+		require.NoError(t, owner.QueryRow(context.Background(), `SELECT format($1, current_schema())`, stmt).Scan(&sql))
+		_, err := owner.Exec(context.Background(), sql)
+		require.NoError(t, err)
+	}
 	return &rolesBundle{url: url, owner: owner}
 }
 
-// login creates a LOGIN role in group (roles are cluster-wide, so its name
-// is unique and it is dropped when the test ends) and returns a pool
-// connected to the test database as that role.
+// login creates a LOGIN role in group (none when group is empty; roles are
+// cluster-wide, so its name is unique and it is dropped when the test ends)
+// and returns a pool connected to the test database as that role.
 func (b *rolesBundle) login(t *testing.T, group string) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
-	name := "rbt_" + strings.TrimPrefix(group, "riverbus_") + "_" + randomHex(t, 6)
+	name := "rbt_" + cmp.Or(strings.TrimPrefix(group, "riverbus_"), "nobody") + "_" + randomHex(t, 6)
 	password := randomHex(t, 16) // for servers that do not trust 127.0.0.1
 	ident := pgx.Identifier{name}.Sanitize()
+	inRole := ""
+	if group != "" {
+		inRole = " IN ROLE " + pgx.Identifier{group}.Sanitize()
+	}
 	// Utility statements take no parameters; both names and the hex password
 	// are made here.
-	_, err := b.owner.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s' IN ROLE %s",
-		ident, password, pgx.Identifier{group}.Sanitize()))
+	_, err := b.owner.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'%s", ident, password, inRole))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -218,7 +235,7 @@ GROUP BY c.relname`, role)
 		require.NoError(t, err)
 		return names
 	}
-	require.Equal(t, []string{"riverbus_tags_valid"}, functions("riverbus_app"))
+	require.Equal(t, []string{"riverbus_append_if_lock", "riverbus_private_schema", "riverbus_tags_valid"}, functions("riverbus_app"))
 	rows, err := b.owner.Query(ctx, `SELECT proname FROM pg_proc
 		WHERE pronamespace = current_schema()::regnamespace AND (proname LIKE 'riverbus\_%' OR proname LIKE 'river\_%')
 		ORDER BY proname`)
@@ -598,6 +615,17 @@ SELECT r.rolname, o.object, o.privileges FROM pg_roles r, LATERAL (
 	FROM pg_attribute att JOIN pg_class c ON c.oid = att.attrelid, aclexplode(att.attacl) a
 	WHERE a.grantee = r.oid AND c.relnamespace = current_schema()::regnamespace
 	GROUP BY c.relname
+	UNION ALL
+	-- The install's private schema (migration 018), whatever its name.
+	SELECT 'schema riverbus_private_<schema>', string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type)
+	FROM pg_namespace n, aclexplode(n.nspacl) a
+	WHERE a.grantee = r.oid AND n.nspname = riverbus_private_schema()
+	GROUP BY n.nspname
+	UNION ALL
+	SELECT 'riverbus_private_<schema>.' || c.relname, string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type)
+	FROM pg_class c, aclexplode(c.relacl) a
+	WHERE a.grantee = r.oid AND c.relnamespace = riverbus_private_schema()::regnamespace
+	GROUP BY c.relname
 ) o
 WHERE r.rolname IN ('riverbus_app', 'riverbus_worker')
 ORDER BY r.rolname, o.object`)
@@ -653,8 +681,10 @@ func TestAppCannotStopHorizonOrLanes(t *testing.T) {
 	require.NoError(t, err)
 	defer hold.Exec(context.Background(), `SELECT pg_advisory_unlock_all()`) //nolint:errcheck
 	// The locks that replaced them are out of its reach.
+	var private string
+	require.NoError(t, b.owner.QueryRow(ctx, `SELECT riverbus_private_schema()`).Scan(&private))
 	for _, sql := range []string{
-		`LOCK TABLE riverbus_horizon_lock IN EXCLUSIVE MODE`,
+		`LOCK TABLE ` + pgx.Identifier{private, "riverbus_horizon_lock"}.Sanitize() + ` IN EXCLUSIVE MODE`,
 		`SELECT riverbus_horizon_try_lock()`,
 		`SELECT 1 FROM riverbus_lane_lock FOR UPDATE`,
 		`SELECT 1 FROM riverbus_lane_lock FOR KEY SHARE`,

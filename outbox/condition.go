@@ -1,14 +1,19 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/riverbus/riverbus/internal/database"
 )
 
 // QueryItem selects events by type and tags. An event matches when its type
@@ -51,6 +56,12 @@ type AppendCondition struct {
 	//
 	// A condition needs items in FailIfEventsMatch, IdempotencyQuery or both.
 	IdempotencyQuery Query
+	// LockTimeout bounds the wait for the locks of conditional appenders
+	// whose conditions or events overlap this one's (they hold them until
+	// their transactions end). A wait that runs out fails with
+	// *database.LockWaitError (SQLSTATE 55P03 underneath), naming the
+	// sessions that held them. Zero means 5 s.
+	LockTimeout time.Duration
 }
 
 // AppendIfTx appends events inside the caller's transaction if cond holds,
@@ -63,11 +74,14 @@ type AppendCondition struct {
 // return *ValidationError (ErrInvalidEvent) before any SQL.
 //
 // Conditional appenders are serialized against each other: before checking,
-// AppendIfTx takes transaction-level advisory locks, exclusive on every tag
-// of the condition's items (on the types of an item without tags) and shared
-// on the tags and type of every appended event, in one global order. So two
-// conditional appends whose events could match each other's condition run
-// one after the other, and the second sees the first's events; appends that
+// AppendIfTx takes transaction-level locks, exclusive on every tag of the
+// condition's items (on the types of an item without tags) and shared on the
+// tags and type of every appended event, in one global order. They are row
+// locks of a table only riverbus's roles can reach, taken through a function
+// granted to riverbus_app and riverbus_worker (migration 018): a login
+// without those roles can neither take nor hold them, as it could the
+// advisory locks they replaced. So two conditional appends whose events
+// could match each other's condition run one after the other, and the second sees the first's events; appends that
 // cannot affect each other do not wait. The locks are held until tx ends,
 // which makes a conditional append the last thing a transaction should do
 // before committing. Two conditional appends in one transaction take their
@@ -134,37 +148,57 @@ func appendIfTx(ctx context.Context, tx pgx.Tx, cond AppendCondition, events []E
 		return nil, err
 	}
 
-	batch := &pgx.Batch{}
-	batch.Queue(lockQuery, keys, exclusive)
-	batch.Queue(appendIfQuery, payload, conflictTypes, conflictItems, cond.After, duplicateTypes, duplicateItems)
-	results := tx.SendBatch(ctx, batch)
-	defer results.Close()
-
-	if _, err := results.Exec(); err != nil {
-		return nil, fmt.Errorf("lock append condition: %w", err)
-	}
-	rows, err := results.Query()
-	if err != nil {
-		return nil, fmt.Errorf("append events if: %w", translateError(err))
-	}
 	var (
 		conflict, duplicate *int64
 		isolation           string
 		returned            []Appended
 	)
-	for rows.Next() {
-		var seq *int64
-		var id *uuid.UUID
-		if err := rows.Scan(&conflict, &duplicate, &isolation, &seq, &id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("append events if: %w", err)
+	timeout := cmp.Or(cond.LockTimeout, database.LockTimeoutDefault)
+	// One round trip: bound the lock wait, lock, check and insert, put the
+	// transaction's lock_timeout back.
+	batch := &pgx.Batch{}
+	batch.Queue(database.SQLLockTimeoutSet, database.LockTimeoutSetting(timeout))
+	batch.Queue(lockQuery, keys, exclusive)
+	batch.Queue(appendIfQuery, payload, conflictTypes, conflictItems, cond.After, duplicateTypes, duplicateItems)
+	batch.Queue(database.SQLLockTimeoutRestore)
+	conn := tx.Conn()
+	err = database.WaitLock(ctx, conn.Config, conn.PgConn().PID(), "append if: lock append condition", timeout, func() error {
+		results := tx.SendBatch(ctx, batch)
+		defer results.Close()
+		if _, err := results.Exec(); err != nil {
+			return fmt.Errorf("append if: %w", err)
 		}
-		if seq != nil && id != nil {
-			returned = append(returned, Appended{GlobalSequence: *seq, EventID: *id})
+		if _, err := results.Exec(); err != nil {
+			if database.IsCode(err, pgerrcode.LockNotAvailable) {
+				return err // named by WaitLock
+			}
+			return fmt.Errorf("lock append condition: %w", err)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("append events if: %w", translateError(err))
+		rows, err := results.Query()
+		if err != nil {
+			return fmt.Errorf("append events if: %w", translateError(err))
+		}
+		for rows.Next() {
+			var seq *int64
+			var id *uuid.UUID
+			if err := rows.Scan(&conflict, &duplicate, &isolation, &seq, &id); err != nil {
+				rows.Close()
+				return fmt.Errorf("append events if: %w", err)
+			}
+			if seq != nil && id != nil {
+				returned = append(returned, Appended{GlobalSequence: *seq, EventID: *id})
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("append events if: %w", translateError(err))
+		}
+		if _, err := results.Exec(); err != nil {
+			return fmt.Errorf("append if: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case duplicate != nil:
@@ -223,7 +257,7 @@ func encodeItems(q Query) (string, error) {
 	return string(encoded), nil
 }
 
-// lockKeys returns the advisory lock keys of a conditional append, sorted
+// lockKeys returns the lock keys of a conditional append, sorted
 // and de-duplicated, and for each whether it is taken exclusive.
 //
 // An event matching an item with tags carries every tag of the item; an

@@ -147,8 +147,8 @@ func TestAppendIfTxOverlappingEventsSerialize(t *testing.T) {
 	// B is blocked on one of A's locks.
 	require.Eventually(t, func() bool {
 		var waiting int
-		err := bundle.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks
-WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting)
+		err := bundle.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&waiting)
 		return err == nil && waiting == 1
 	}, 10*time.Second, 5*time.Millisecond)
 	select {
@@ -248,4 +248,36 @@ func TestAppendIfTxCondition(t *testing.T) {
 		require.NoError(t, tx.Commit(ctx))
 		require.Equal(t, appended[0].GlobalSequence+1, appended[1].GlobalSequence)
 	})
+}
+
+// A conditional appender whose locks are held longer than its LockTimeout
+// by another appender's open transaction fails, naming that session, and
+// its transaction is left to roll back; the holder is unharmed.
+func TestAppendIfTxLockWaitNamesTheHolder(t *testing.T) {
+	t.Parallel()
+	ctx, bundle := setup(t)
+	cond := outbox.AppendCondition{FailIfEventsMatch: outbox.Query{{Tags: []string{"course=1"}}}}
+
+	holder, err := bundle.db.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(ctx, "SET application_name = 'slow appender'")
+	require.NoError(t, err)
+	txA, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	defer txA.Rollback(ctx) //nolint:errcheck
+	_, err = outbox.AppendIfTx(ctx, txA, cond, event("StudentSubscribed", "course=1", "student=a"))
+	require.NoError(t, err)
+
+	cond.LockTimeout = time.Second
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = outbox.AppendIf(waitCtx, bundle.db, cond, event("StudentSubscribed", "course=1", "student=b"))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), fmt.Sprintf(`append if: lock append condition: waited 1s for row lock on riverbus_private_public.riverbus_append_lock held by pid %d (role `,
+		holder.Conn().PgConn().PID()))
+	require.Contains(t, err.Error(), `application_name "slow appender", idle in transaction for `)
+
+	require.NoError(t, txA.Commit(ctx))
+	require.Equal(t, 1, countEvents(t, bundle.db))
 }

@@ -38,7 +38,8 @@
 // appended after the last one read (otherwise *ConflictError, ErrConflict),
 // and that no event matches an idempotency query (otherwise *DuplicateError,
 // ErrDuplicate). Conditional appenders serialize on transaction-level
-// advisory locks derived from the condition and the appended events, so
+// locks derived from the condition and the appended events, which only
+// riverbus's roles can take (not advisory locks, which any login can), so
 // exactly one of many concurrent appenders with the same condition succeeds.
 // Plain appends take no locks; see AppendIfTx for what that means.
 //

@@ -45,15 +45,14 @@ FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(rec, n)
 ORDER BY e.n
 RETURNING global_sequence, event_id`
 
-// lockQuery takes the transaction-level advisory locks of a conditional
-// append in the order of $1 (sorted by the caller, so that two appenders
-// never deadlock): exclusive where $2 is true, shared otherwise. It must be a
-// statement of its own, before appendIfQuery: in READ COMMITTED a statement
-// sees what was committed before it started, so the check has to start after
-// the locks are held to see the events of the appender that held them.
-const lockQuery = `
-SELECT CASE WHEN l.exclusive THEN pg_advisory_xact_lock(l.key) ELSE pg_advisory_xact_lock_shared(l.key) END
-FROM unnest($1::bigint[], $2::boolean[]) AS l(key, exclusive)`
+// lockQuery takes the transaction-level locks of a conditional append:
+// exclusive where $2 is true, shared otherwise, on the buckets of the keys of
+// $1, in bucket order so that two appenders never deadlock (migration 018).
+// It must be a statement of its own, before appendIfQuery: in READ COMMITTED
+// a statement sees what was committed before it started, so the check has
+// to start after the locks are held to see the events of the appender that
+// held them.
+const lockQuery = `SELECT riverbus_append_if_lock($1::bigint[], $2::boolean[])`
 
 // appendIfQuery checks an append condition and, when it holds, inserts the
 // events of $1 like appendQuery.

@@ -134,6 +134,9 @@ func validateCondition(c AppendCondition) error {
 	if c.After < 0 {
 		return &ValidationError{Index: -1, Field: "AppendCondition.After", Reason: fmt.Sprintf("must not be negative, got %d", c.After)}
 	}
+	if c.LockTimeout < 0 {
+		return &ValidationError{Index: -1, Field: "AppendCondition.LockTimeout", Reason: fmt.Sprintf("must not be negative, got %s", c.LockTimeout)}
+	}
 	if err := validateQuery("AppendCondition.FailIfEventsMatch", c.FailIfEventsMatch); err != nil {
 		return err
 	}

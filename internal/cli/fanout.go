@@ -14,7 +14,7 @@ func (a *app) fanoutCommand() *cobra.Command {
 		Use:   "fanout",
 		Short: "Advance the horizon and turn events into pool jobs until SIGINT/SIGTERM",
 		Long: `Runs the horizon and the fan-out of every active pool. Run as many as you like:
-instances share the work through row and advisory locks, no leader needed.
+instances share the work through row and table locks, no leader needed.
 A database outage is logged and retried with backoff.`,
 		Example: `  RIVERBUS_GAP_TIMEOUT=10s riverbus fanout
   riverbus fanout --gap-timeout 10s --batch-size 500

@@ -12,8 +12,9 @@ func (a *app) migrateCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the riverbus and River schema",
-		Long: `Applies River's migrations and riverbus's, under an advisory lock, so several
-processes may run it at once. Running it again changes nothing.`,
+		Long: `Applies River's migrations and riverbus's, under a lock only the owner can
+take, so several processes may run it at once. Running it again changes
+nothing. A lock wait that runs out fails naming the session that held it.`,
 		Example: `  DATABASE_URL=postgres://localhost/app riverbus migrate`,
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -4,14 +4,19 @@ package horizon
 
 const (
 	// The round's lock: one instance at a time advances the horizon. An
-	// EXCLUSIVE table lock on riverbus_horizon_lock (migration 012), which
-	// only riverbus_worker may take: an advisory lock could be taken, and
-	// held, by any role. Like the advisory lock it replaced, and unlike a
+	// EXCLUSIVE table lock on riverbus_horizon_lock (migration 012), in the
+	// install's private schema (migration 018), which only riverbus_worker
+	// may take or even name: an advisory lock could be taken, and held, by
+	// any role, and so could a table's lock at parse time wherever PUBLIC
+	// may name the table. Like the advisory lock it replaced, and unlike a
 	// row lock, it assigns the transaction no xid, and the proof of a gap
 	// needs the round's own xid to be assigned after its snapshot (see
-	// doc.go). (The result is also kept in the setting riverbus.round
-	// for the read.)
+	// doc.go). (The result is also kept in the setting riverbus.round for
+	// the read.)
 	sqlHorizonTryLock = `SELECT set_config('riverbus.round', riverbus_horizon_try_lock()::text, true)`
+
+	// Who holds the round's lock (migration 018).
+	sqlHorizonLockHolders = `SELECT pid, role, application_name, state, state_for FROM riverbus_horizon_lock_holders()`
 
 	// One statement, one snapshot: the horizon (NULL when its row is
 	// missing), the snapshot itself, the visible sequences above the

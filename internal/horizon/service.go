@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/service"
 )
 
@@ -70,8 +73,71 @@ type Service struct {
 	announceHorizon atomic.Int64
 	announcing      atomic.Bool
 
+	// Since when this instance's rounds have found the round's lock taken
+	// (zero: the last round got it), and who held it when last looked.
+	lockMissed lockMissed
+
 	// TestSignals lets tests wait for what Run did.
 	TestSignals TestSignals
+}
+
+// lockMissed follows a run of rounds that found the round's lock taken.
+type lockMissed struct {
+	after    time.Duration // LockHeldAfter; tests shorten it
+	mu       sync.Mutex
+	since    time.Time
+	lookedAt time.Time
+	holders  []database.LockHolder
+}
+
+// LockHeldAfter is how long rounds may find the round's lock taken before
+// the service looks up who holds it and says so. A round holds it for
+// milliseconds, so another instance's rounds never keep it that long.
+const LockHeldAfter = 30 * time.Second
+
+// LockHeld says since when this instance's rounds have found the round's
+// lock held by another session (zero time: its last round got it), and,
+// once that has lasted LockHeldAfter, who held it when last looked.
+func (s *Service) LockHeld() (since time.Time, holders []database.LockHolder) {
+	s.lockMissed.mu.Lock()
+	defer s.lockMissed.mu.Unlock()
+	return s.lockMissed.since, slices.Clone(s.lockMissed.holders)
+}
+
+// noteLock records whether a round got the round's lock and, when rounds
+// have missed it for LockHeldAfter, looks up and logs who holds it (once
+// per LockHeldAfter): with the lock in riverbus's private schema only a
+// riverbus_worker login or the owner can hold it, by a statement parsed
+// on it in a transaction left open, or a round that does not end.
+func (s *Service) noteLock(ctx context.Context, locked bool) {
+	m := &s.lockMissed
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	switch {
+	case locked:
+		m.since, m.lookedAt, m.holders = time.Time{}, time.Time{}, nil
+		return
+	case m.since.IsZero():
+		m.since = now
+		return
+	case now.Sub(m.since) < cmp.Or(m.after, LockHeldAfter) || now.Sub(m.lookedAt) < cmp.Or(m.after, LockHeldAfter):
+		return
+	}
+	m.lookedAt = now
+	holders, err := lockHolders(ctx, s.db)
+	if err != nil {
+		s.cfg.Logger.Warn("horizon: rounds keep finding the round's lock taken; looking up who holds it failed",
+			"for", now.Sub(m.since).Round(time.Second), "error", err)
+		return
+	}
+	m.holders = holders
+	held := make([]string, len(holders))
+	for i, h := range holders {
+		held[i] = h.String()
+	}
+	s.cfg.Logger.Warn("horizon: rounds keep finding the round's lock taken, so this instance skips them; end the session that holds it if it is not another instance's round",
+		"for", now.Sub(m.since).Round(time.Second), "held_by", strings.Join(held, ", "))
 }
 
 // TestSignals are the horizon service's test signals.
@@ -130,6 +196,7 @@ func (s *Service) Round(ctx context.Context) (RoundResult, error) {
 	if res.pid != 0 {
 		s.ownPIDs.Store(res.pid, struct{}{})
 	}
+	s.noteLock(ctx, res.Locked)
 	if !res.Locked {
 		return res, nil
 	}
@@ -364,4 +431,13 @@ func (c *Clock) Shift() time.Duration {
 		return 0
 	}
 	return time.Duration(c.shift.Load())
+}
+
+// lockHolders returns the sessions that hold the round's lock.
+func lockHolders(ctx context.Context, db database.DB) ([]database.LockHolder, error) {
+	rows, err := db.Query(ctx, sqlHorizonLockHolders)
+	if err != nil {
+		return nil, err
+	}
+	return database.CollectLockHolders(rows)
 }

@@ -106,7 +106,7 @@ func Create(ctx context.Context, db database.DB, params bustype.PoolParams) (*bu
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// Retention waits while the start is set, and the start is never
 		// below where the log begins (DESIGN.md §8).
-		trimmed, err := retention.StartFloor(ctx, tx)
+		trimmed, err := retention.StartFloor(ctx, tx, "pool create")
 		if err != nil {
 			return err
 		}
@@ -250,8 +250,12 @@ func SetStatus(ctx context.Context, db database.DB, name string, status bustype.
 		return nil, false, fmt.Errorf("%w: status must be %s or %s, got %q", bustype.ErrInvalidPool, bustype.PoolActive, bustype.PoolPaused, status)
 	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		pool, err = collectOne(tx.Query(ctx, sqlPoolSetStatus, name, status))
+		// The pool's row: a fan-out batch of the pool in flight holds it.
+		err := database.WaitLockTx(ctx, tx, "pool "+string(status), retention.LockTimeout, func() error {
+			var err error
+			pool, err = collectOne(tx.Query(ctx, sqlPoolSetStatus, name, status))
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -289,6 +293,16 @@ func SetStatus(ctx context.Context, db database.DB, name string, status bustype.
 		return nil, false, fmt.Errorf("set pool %q %s: %w", name, status, err)
 	}
 	return pool, sharedQueue, nil
+}
+
+// lockPool locks the pool's row for op in tx. A fan-out batch of the pool
+// in flight holds it; the wait is bounded and names the holder when it
+// runs out.
+func lockPool(ctx context.Context, tx pgx.Tx, op, name string) error {
+	return database.WaitLockTx(ctx, tx, op, retention.LockTimeout, func() error {
+		_, err := get(ctx, tx, name, true)
+		return err
+	})
 }
 
 func collectOne(rows pgx.Rows, err error) (*bustype.Pool, error) {
@@ -359,7 +373,7 @@ func ResetReplay(ctx context.Context, db database.DB, name string, to int64) (*R
 		// Retention waits while the cursor moves back, and the cursor never
 		// goes below where the log begins: 0 (the beginning) is the oldest
 		// retained event, anything else below it is refused (DESIGN.md §8).
-		trimmed, err := retention.StartFloor(ctx, tx)
+		trimmed, err := retention.StartFloor(ctx, tx, "pool reset")
 		if err != nil {
 			return err
 		}
@@ -368,7 +382,7 @@ func ResetReplay(ctx context.Context, db database.DB, name string, to int64) (*R
 		} else if to < trimmed {
 			return retention.TrimmedError("reset position", to, trimmed)
 		}
-		if _, err := get(ctx, tx, name, true); err != nil {
+		if err := lockPool(ctx, tx, "pool reset", name); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, sqlPoolReset, name, to)
@@ -431,7 +445,7 @@ func EventTypesAbsent(ctx context.Context, db database.DB, types []string) ([]st
 // letters are deleted with it (running ones finish on their own).
 func Delete(ctx context.Context, db database.DB, name string, force bool) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := get(ctx, tx, name, true); err != nil {
+		if err := lockPool(ctx, tx, "pool delete", name); err != nil {
 			return err
 		}
 		var unfinished int64

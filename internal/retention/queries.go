@@ -17,8 +17,10 @@ FROM riverbus_retention`
 FROM riverbus_retention_step($1, $2, CASE WHEN $3::float8 IS NULL THEN NULL ELSE make_interval(secs => $3::float8) END, $4, $5)`
 
 	// Taken by pool create and reset before they read trimmed_through (see
-	// migration 015: it conflicts with a retention batch's lock).
-	SQLStartLock = `LOCK TABLE riverbus_retention_lock IN ROW EXCLUSIVE MODE`
+	// migration 015: it conflicts with a retention batch's lock). The table
+	// is in the install's private schema (migration 018), which only
+	// riverbus_worker and the owner may use: the function names it.
+	SQLStartLock = `SELECT riverbus_retention_start_lock()`
 
 	// SQLTrimmedThrough is where the log begins after retention.
 	SQLTrimmedThrough = `SELECT trimmed_through FROM riverbus_retention`

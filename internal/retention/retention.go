@@ -157,13 +157,25 @@ func walk(ctx context.Context, db database.DB, opts *Opts, apply bool) (*bustype
 			newest    *time.Time
 			stepCount int64
 		)
-		err := db.QueryRow(ctx, sqlStep, from, now, keep, size, apply).
-			Scan(&stepFrom, &s.Through, &stepCount, &oldest, &newest, &s.Floor, &stop)
+		step := func(db database.DB) error {
+			return db.QueryRow(ctx, sqlStep, from, now, keep, size, apply).
+				Scan(&stepFrom, &s.Through, &stepCount, &oldest, &newest, &s.Floor, &stop)
+		}
+		var err error
+		if apply {
+			// A batch waits for the pool creates and resets in progress
+			// (their lock), within LockTimeout.
+			err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				return database.WaitLockTx(ctx, tx, "retention", LockTimeout, func() error { return step(tx) })
+			})
+		} else {
+			err = step(db)
+		}
 		if err != nil {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 				return plan, cmp.Or(ctx.Err(), err)
 			}
-			return plan, fmt.Errorf("retention step after %d: %w", from, err)
+			return plan, database.WrapOp(fmt.Sprintf("retention step after %d", from), err)
 		}
 		if plan.Batches == 0 {
 			plan.From = stepFrom
@@ -205,13 +217,18 @@ func walk(ctx context.Context, db database.DB, opts *Opts, apply bool) (*bustype
 }
 
 // StartFloor takes the lock that keeps retention from deleting while a
-// pool's start is set (migration 015) and returns where the log begins:
-// the pool create or reset in tx must start at or after it. Call it in the
-// transaction that sets the start, before reading anything the start
-// depends on.
-func StartFloor(ctx context.Context, tx pgx.Tx) (int64, error) {
-	if _, err := tx.Exec(ctx, SQLStartLock); err != nil {
-		return 0, fmt.Errorf("lock out retention: %w", err)
+// pool's start is set (migrations 015 and 018) and returns where the log
+// begins: the pool create or reset in tx must start at or after it. Call it
+// in the transaction that sets the start, before reading anything the
+// start depends on. op names the caller ("pool reset") in the
+// *database.LockWaitError of a wait that runs out (LockTimeout).
+func StartFloor(ctx context.Context, tx pgx.Tx, op string) (int64, error) {
+	err := database.WaitLockTx(ctx, tx, op, LockTimeout, func() error {
+		_, err := tx.Exec(ctx, SQLStartLock)
+		return err
+	})
+	if err != nil {
+		return 0, database.WrapOp(op+": lock out retention", err)
 	}
 	var floor int64
 	if err := tx.QueryRow(ctx, SQLTrimmedThrough).Scan(&floor); err != nil {
@@ -219,6 +236,11 @@ func StartFloor(ctx context.Context, tx pgx.Tx) (int64, error) {
 	}
 	return floor, nil
 }
+
+// LockTimeout bounds how long a retention batch waits for the pool creates
+// and resets in progress, and they for a batch: each side holds the lock
+// for one short transaction.
+const LockTimeout = database.LockTimeoutDefault
 
 // TrimmedError is the error for a pool start below where the log begins.
 func TrimmedError(what string, seq, trimmedThrough int64) error {
