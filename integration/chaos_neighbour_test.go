@@ -42,13 +42,13 @@ const (
 	// chaosLockHold is how long the neighbour sits idle in its transaction
 	// holding every parse-time lock and advisory key it got, and
 	// chaosLockRest how long it lets go between holds. The hold outlasts
-	// chaosStallAfter and chaosLockWaitLimit, so a lock riverbus waits for
-	// shows as a stall or a slow probe.
+	// chaosStallAfter, so a lock riverbus skips a step for shows as a
+	// stall; a session that waits for one is seen waiting (chaosStalls).
 	chaosLockHold = 15 * time.Second
 	chaosLockRest = 8 * time.Second
-	// chaosLockWaitLimit: an operator's migrate or an application's AppendIf
-	// started while the neighbour holds its locks must finish within this.
-	chaosLockWaitLimit = 10 * time.Second
+	// chaosProbeTimeout bounds each probe run while the neighbour holds its
+	// locks.
+	chaosProbeTimeout = 45 * time.Second
 	// chaosBigEvents events of chaosBigEventSize bytes of data are appended
 	// over a run of at least chaosBigEventMinRun (the 5-minute make chaos);
 	// shorter runs (make test's 30 s) append chaosBigEventSizeShort ones, a
@@ -80,6 +80,9 @@ func appendIfTypeKey(typ string) int64 {
 // fails if an event of this type was appended after the previous probe's.
 const chaosCondType = "it.cond"
 
+// chaosNeighbourRole is the neighbour's login: it is granted nothing.
+const chaosNeighbourRole = "chaos_neighbour"
+
 // chaosNeighbour plays, for the whole run (the drain included), a login of
 // the database with no riverbus grant at all (CREATE ROLE ... LOGIN, nothing
 // granted: it can still connect, NOTIFY, parse statements and take advisory
@@ -98,9 +101,9 @@ const chaosCondType = "it.cond"
 //     tables (what PostgreSQL refuses before locking is counted as refused);
 //   - meanwhile it holds the advisory keys of chaosAdvisoryKeys.
 //
-// While it holds them, the operator runs `riverbus migrate` and an
-// application an AppendIf on the probe's type; each must finish within
-// chaosLockWaitLimit.
+// While it holds them, the operator runs `riverbus migrate` and a retention
+// step and an application an AppendIf on the probe's type; no session may
+// wait for a lock the neighbour holds (chaosStalls watches).
 //
 // An application login (riverbus_app) meanwhile tries to choose its event's
 // sequence with a temporary sequence that shadows riverbus's, and appends
@@ -116,12 +119,12 @@ type chaosNeighbour struct {
 	// holding receives a value each time the neighbour has taken its locks.
 	holding chan struct{}
 
-	forged      atomic.Int64 // forged control messages sent (each to every channel)
-	forgedCalls atomic.Int64 // cancels among them
-	locksHeld   atomic.Int64 // PREPAREs that took their lock
-	locksRefuse atomic.Int64 // PREPAREs refused before locking
-	advHeld     atomic.Int64 // advisory keys taken
-	holds       atomic.Int64 // hold periods
+	forged        atomic.Int64 // forged control messages sent (each to every channel)
+	forgedCancels atomic.Int64 // cancels among them
+	locksHeld     atomic.Int64 // PREPAREs that took their lock
+	locksRefuse   atomic.Int64 // PREPAREs refused before locking
+	advHeld       atomic.Int64 // advisory keys taken
+	holds         atomic.Int64 // hold periods
 
 	mu        sync.Mutex
 	refusedBy map[string]int  // SQLSTATE of refused PREPAREs → count
@@ -132,9 +135,8 @@ type chaosNeighbour struct {
 	bigSize                int
 	appended               []int64 // sequences the application login and the probe committed
 	// The probes run while the neighbour held its locks.
-	probesOK   int
-	probesSlow []string // "migrate took 15s", ...
-	condAfter  int64    // the last probe event's sequence
+	probes    []string // "migrate 0.4s", ...
+	condAfter int64    // the last probe event's sequence
 }
 
 // startChaosNeighbour creates the neighbour's login (no grant) and the
@@ -143,7 +145,7 @@ func (r *chaosRun) startChaosNeighbour() {
 	t, ctx := r.t, r.ctx
 	n := &chaosNeighbour{t: t, admin: r.db, holding: make(chan struct{}, 1),
 		refusedBy: map[string]int{}, heldNames: map[string]bool{}}
-	n.cfg = r.login("chaos_neighbour", "")
+	n.cfg = r.login(chaosNeighbourRole, "")
 	appCfg := r.login("chaos_app", "riverbus_app")
 	pcfg, err := pgxpool.ParseConfig(r.dbURL)
 	require.NoError(t, err)
@@ -166,9 +168,9 @@ func (r *chaosRun) startChaosNeighbour() {
 }
 
 // login creates a LOGIN role (in group, unless empty) in the run's own
-// server and returns a connection config for it. The neighbour's and the
-// application's sessions use the simple protocol, so that DEALLOCATE ALL
-// cannot break pgx's statement cache.
+// server and returns a connection config for it. Its sessions use the
+// simple protocol: the neighbour sends several statements at once
+// (SAVEPOINT, then PREPARE), which a prepared statement cannot hold.
 func (r *chaosRun) login(name, group string) *pgx.ConnConfig {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
@@ -280,7 +282,7 @@ func (n *chaosNeighbour) spray(ctx context.Context) {
 			continue
 		}
 		n.forged.Add(int64(len(payloads)))
-		n.forgedCalls.Add(int64(cancels))
+		n.forgedCancels.Add(int64(cancels))
 	}
 }
 
@@ -418,8 +420,8 @@ func (n *chaosNeighbour) lockAll(ctx context.Context, conn *pgx.Conn) error {
 // the writers run, what an application and an operator would, all at once:
 // an AppendIf on the probe's type, a retention step (under the run's policy,
 // which keeps every event: the step takes its lock and deletes nothing),
-// and every other time `riverbus migrate`. Each must finish within
-// chaosLockWaitLimit; a slower one waited for a lock the neighbour held.
+// and every other time `riverbus migrate`. If one waits for a lock the
+// neighbour holds, chaosStalls sees it waiting.
 func (r *chaosRun) probeLocks() {
 	n, wctx := r.neighbour, r.wctx
 	defer r.load.wg.Done()
@@ -442,7 +444,7 @@ func (r *chaosRun) probeLocks() {
 // probeRetention runs one retention step, as `riverbus retention --apply`
 // or a fan-out's retention service would.
 func (n *chaosNeighbour) probeRetention(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*chaosLockWaitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), chaosProbeTimeout)
 	defer cancel()
 	began := time.Now()
 	_, err := operator(t, n.admin).RetentionTrim(ctx, &riverbus.RetentionOpts{MaxBatches: 1})
@@ -454,7 +456,7 @@ func (n *chaosNeighbour) probeRetention(t *testing.T) {
 // probeAppendIf appends one event with AppendIf, its condition on
 // chaosCondType, as the superuser (the probe is about locks, not grants).
 func (n *chaosNeighbour) probeAppendIf() {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*chaosLockWaitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), chaosProbeTimeout)
 	defer cancel()
 	n.mu.Lock()
 	after := n.condAfter
@@ -484,7 +486,7 @@ func (n *chaosNeighbour) probeMigrate(r *chaosRun) {
 		if err != nil {
 			err = fmt.Errorf("%w: %s", err, p.out.String())
 		}
-	case <-time.After(3 * chaosLockWaitLimit):
+	case <-time.After(chaosProbeTimeout):
 		p.kill9()
 		err = errors.New("still waiting, killed")
 	}
@@ -493,16 +495,13 @@ func (n *chaosNeighbour) probeMigrate(r *chaosRun) {
 	n.probeDone("migrate", time.Since(began), err)
 }
 
-// probeDone records a probe's outcome; n.mu is held. A probe that failed
-// fast (the database restarting) is logged and not counted.
+// probeDone records a probe's outcome, for the log; n.mu is held. Whether
+// it waited for the neighbour is chaosStalls' to see; an error (the
+// database restarting) is logged.
 func (n *chaosNeighbour) probeDone(what string, took time.Duration, err error) {
-	switch {
-	case took >= chaosLockWaitLimit:
-		n.probesSlow = append(n.probesSlow, fmt.Sprintf("%s took %s (%v)", what, took.Round(100*time.Millisecond), err))
-	case err != nil:
-		n.t.Logf("%s probe failed (not counted): %v", what, err)
-	default:
-		n.probesOK++
+	n.probes = append(n.probes, fmt.Sprintf("%s %s", what, took.Round(100*time.Millisecond)))
+	if err != nil {
+		n.t.Logf("%s probe failed: %v", what, err)
 	}
 }
 
@@ -563,45 +562,50 @@ func (r *chaosRun) tempSequence() {
 	}
 }
 
-// bigEvents is the application login's other move: chaosBigEvents events
-// with data of chaosBigEventSize bytes (chaosBigEventSizeShort in short
-// runs), spread over the run. The data is built by the server, so the test
-// does not send it.
-func (r *chaosRun) bigEvents() {
-	n, wctx := r.neighbour, r.wctx
-	defer r.load.wg.Done()
+// startBigEvents starts the application login's other move: chaosBigEvents
+// events with data of chaosBigEventSize bytes (chaosBigEventSizeShort in
+// short runs), the i-th at i/(chaosBigEvents+1) of the run, each in a
+// goroutine of its own: on a busy machine one insert takes a minute.
+func (r *chaosRun) startBigEvents() {
 	size := chaosBigEventSize
 	if r.dur < chaosBigEventMinRun {
 		size = chaosBigEventSizeShort
 	}
-	n.mu.Lock()
-	n.bigSize = size
-	n.mu.Unlock()
+	r.neighbour.bigSize = size
 	for i := range chaosBigEvents {
-		sleepCtx(wctx, r.dur/(chaosBigEvents+1))
-		if wctx.Err() != nil {
-			return
-		}
-		var seq int64
-		err := retryFor(30*time.Second, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			// The blob's JSON string adds a little to size: stay under the
-			// 64 MiB event limit.
-			return n.app.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data)
-				VALUES ('it.big', $1, jsonb_build_object('blob', repeat('x', $2::int - 16))) RETURNING global_sequence`,
-				fmt.Sprintf("big-%d", i), size).Scan(&seq)
-		})
-		if err != nil {
-			r.t.Errorf("big event %d: %v", i, err)
-			continue
-		}
-		n.mu.Lock()
-		n.appended = append(n.appended, seq)
-		n.bigAppended++
-		n.mu.Unlock()
-		r.t.Logf("%5.1fs application login appended a %d MiB event: sequence %d", r.elapsed(), size>>20, seq)
+		r.load.wg.Add(1)
+		go r.bigEvent(i, size)
 	}
+}
+
+// bigEvent appends the i-th big event. The data is built by the server, so
+// the test does not send it.
+func (r *chaosRun) bigEvent(i, size int) {
+	n, wctx := r.neighbour, r.wctx
+	defer r.load.wg.Done()
+	sleepCtx(wctx, r.dur*time.Duration(i+1)/(chaosBigEvents+1))
+	if wctx.Err() != nil {
+		return
+	}
+	var seq int64
+	err := retryFor(30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		// The blob's JSON string adds a little to size: stay under the
+		// 64 MiB event limit.
+		return n.app.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data)
+			VALUES ('it.big', $1, jsonb_build_object('blob', repeat('x', $2::int - 16))) RETURNING global_sequence`,
+			fmt.Sprintf("big-%d", i), size).Scan(&seq)
+	})
+	if err != nil {
+		r.t.Errorf("big event %d: %v", i, err)
+		return
+	}
+	n.mu.Lock()
+	n.appended = append(n.appended, seq)
+	n.bigAppended++
+	n.mu.Unlock()
+	r.t.Logf("%5.1fs application login appended a %d MiB event: sequence %d", r.elapsed(), size>>20, seq)
 }
 
 // settle adds the events the application login and the probes committed.
@@ -622,8 +626,7 @@ type chaosNeighbourResults struct {
 	refusedBy, heldNames string
 	tempTried, planted   int
 	big, bigSize         int
-	probesOK             int
-	probesSlow           []string
+	probes               []string
 	cancelled            int      // pool jobs that ended cancelled (nobody in the run asked)
 	cancelledExamples    []string // "pool:job id:sequence"
 }
@@ -635,10 +638,10 @@ type chaosNeighbourResults struct {
 func (r *chaosRun) neighbourResults() chaosNeighbourResults {
 	n := r.neighbour
 	n.mu.Lock()
-	res := chaosNeighbourResults{forged: n.forged.Load(), cancels: n.forgedCalls.Load(),
+	res := chaosNeighbourResults{forged: n.forged.Load(), cancels: n.forgedCancels.Load(),
 		locksHeld: n.locksHeld.Load(), refused: n.locksRefuse.Load(), advHeld: n.advHeld.Load(), holds: n.holds.Load(),
 		tempTried: n.tempTried, planted: n.tempPlanted, big: n.bigAppended, bigSize: n.bigSize,
-		probesOK: n.probesOK, probesSlow: slices.Clone(n.probesSlow)}
+		probes: slices.Clone(n.probes)}
 	var by []string
 	for code, c := range n.refusedBy {
 		by = append(by, fmt.Sprintf("%s:%d", code, c))

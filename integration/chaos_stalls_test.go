@@ -32,7 +32,9 @@ const chaosFanoutStartup = 5 * time.Second
 // chaosStalls watches, every second from the traffic's start to the drain's
 // end, for what the drain's deadline alone would miss: a pool or the horizon
 // stopped for more than chaosStallAfter and then going on, as one a forged
-// pause or a neighbour's lock holds for a while. Stalls the run causes
+// pause or a neighbour's lock holds for a while; and any session waiting
+// for a lock the neighbour holds (whichever lock: none of riverbus's may be
+// one a login with no grant can take). Stalls the run causes
 // itself are excluded: a worker process killed is not watched until its new
 // process says it is ready and has been for chaosStallAfter; nothing is
 // watched while PostgreSQL restarts and for chaosCrashQuiet after; the
@@ -59,6 +61,9 @@ type chaosStalls struct {
 	stalledPools  map[string]bool
 	horizonStalls int
 	episodes      []string
+	// lockWaits are the sessions seen waiting for a lock the neighbour
+	// held: "pid application_name: query".
+	lockWaits map[string]bool
 }
 
 type chaosStarting struct {
@@ -70,7 +75,8 @@ type chaosStarting struct {
 func (r *chaosRun) startStallWatch() {
 	ctx, stop := context.WithCancel(r.ctx)
 	s := &chaosStalls{db: r.db, stop: stop, done: make(chan struct{}), starting: map[string]chaosStarting{},
-		quietUntil: map[string]time.Time{}, fanouts: map[string]time.Time{}, since: map[string]time.Time{}, stalledPools: map[string]bool{}}
+		quietUntil: map[string]time.Time{}, fanouts: map[string]time.Time{}, since: map[string]time.Time{}, stalledPools: map[string]bool{},
+		lockWaits: map[string]bool{}}
 	for _, c := range r.procs {
 		s.started(c)
 	}
@@ -149,7 +155,15 @@ const sqlPoolStalls = `SELECT p.name,
 	AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state IN ('running', 'retryable') AND j.attempted_at > now() - $1::interval AND j.kind = p.name)
 FROM riverbus_pool p WHERE p.status = 'active'`
 
-// watch samples the pools and the horizon every second until ctx ends.
+// sqlNeighbourWaiters lists the sessions waiting for a lock that a session
+// of the neighbour's role ($1) holds or waits ahead of them for.
+const sqlNeighbourWaiters = `SELECT a.pid || ' ' || coalesce(a.application_name, '') || ': ' || left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 100)
+FROM pg_stat_activity a
+WHERE a.wait_event_type = 'Lock' AND a.usename IS DISTINCT FROM $1
+	AND EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(a.pid)) AND b.usename = $1)`
+
+// watch samples the pools, the horizon and the lock waits every second
+// until ctx ends.
 func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
 	defer close(s.done)
 	window := chaosStallAfter.String()
@@ -168,9 +182,22 @@ func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
 		if err == nil {
 			err = s.db.QueryRow(qctx, `SELECT horizon, (SELECT coalesce(max(global_sequence), 0) FROM riverbus_event) FROM riverbus_horizon`).Scan(&h, &last)
 		}
+		var waiters []string
+		if err == nil {
+			rows, err = s.db.Query(qctx, sqlNeighbourWaiters, chaosNeighbourRole)
+			if err == nil {
+				waiters, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+		}
 		cancel()
 		if err != nil {
 			continue // the database restarting: the crash is excluded anyway
+		}
+		for _, w := range waiters {
+			if !s.lockWaits[w] {
+				s.lockWaits[w] = true
+				r.t.Logf("%5.1fs LOCK WAIT: session %s waits for a lock the neighbour holds", r.elapsed(), w)
+			}
 		}
 		for pool, st := range stalled {
 			if !st || s.quiet(pool, now) {
@@ -201,6 +228,16 @@ func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
 			s.horizonSince = now // one episode per chaosStallAfter of standstill
 		}
 	}
+}
+
+// waits lists the sessions seen waiting for the neighbour, sorted.
+func (s *chaosStalls) waits() []string {
+	var out []string
+	for w := range s.lockWaits {
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // stalledNames lists the pools that stalled while watched, sorted.
