@@ -8,8 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -643,17 +643,11 @@ func (r *chaosRun) neighbourResults() chaosNeighbourResults {
 		tempTried: n.tempTried, planted: n.tempPlanted, big: n.bigAppended, bigSize: n.bigSize,
 		probes: slices.Clone(n.probes)}
 	var by []string
-	for code, c := range n.refusedBy {
-		by = append(by, fmt.Sprintf("%s:%d", code, c))
+	for _, code := range slices.Sorted(maps.Keys(n.refusedBy)) {
+		by = append(by, fmt.Sprintf("%s:%d", code, n.refusedBy[code]))
 	}
-	sort.Strings(by)
 	res.refusedBy = strings.Join(by, ",")
-	var held []string
-	for name := range n.heldNames {
-		held = append(held, name)
-	}
-	sort.Strings(held)
-	res.heldNames = strings.Join(held, ",")
+	res.heldNames = strings.Join(slices.Sorted(maps.Keys(n.heldNames)), ",")
 	n.mu.Unlock()
 	require.NoError(r.t, retryFor(10*time.Second, func() error {
 		rows, err := r.db.Query(r.ctx, `SELECT kind || ':' || id || ':' || coalesce(args->>'global_sequence', '?')

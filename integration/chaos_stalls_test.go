@@ -3,7 +3,8 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -231,21 +232,7 @@ func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
 }
 
 // waits lists the sessions seen waiting for the neighbour, sorted.
-func (s *chaosStalls) waits() []string {
-	var out []string
-	for w := range s.lockWaits {
-		out = append(out, w)
-	}
-	sort.Strings(out)
-	return out
-}
+func (s *chaosStalls) waits() []string { return slices.Sorted(maps.Keys(s.lockWaits)) }
 
 // stalledNames lists the pools that stalled while watched, sorted.
-func (s *chaosStalls) stalledNames() []string {
-	var out []string
-	for pool := range s.stalledPools {
-		out = append(out, pool)
-	}
-	sort.Strings(out)
-	return out
-}
+func (s *chaosStalls) stalledNames() []string { return slices.Sorted(maps.Keys(s.stalledPools)) }
