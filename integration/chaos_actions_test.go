@@ -248,8 +248,16 @@ func (a *chaosActions) settle(t *testing.T, ctx context.Context, committed map[i
 	for seq := range a.fail {
 		committed[seq] = true
 	}
+	addCommittedByID(t, ctx, a.db, a.prepared, committed)
+}
+
+// addCommittedByID adds to committed the sequences of the events of ids
+// that the database holds: events whose COMMIT may or may not have
+// happened.
+func addCommittedByID(t *testing.T, ctx context.Context, db *pgxpool.Pool, ids []uuid.UUID, committed map[int64]bool) {
+	t.Helper()
 	require.NoError(t, retryFor(10*time.Second, func() error {
-		rows, err := a.db.Query(ctx, `SELECT global_sequence FROM riverbus_event WHERE event_id = ANY($1)`, a.prepared)
+		rows, err := db.Query(ctx, `SELECT global_sequence FROM riverbus_event WHERE event_id = ANY($1)`, ids)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -133,7 +135,7 @@ type chaosNeighbour struct {
 	tempTried, tempPlanted int
 	bigAppended            int
 	bigSize                int
-	appended               []int64 // sequences the application login and the probe committed
+	ids                    []uuid.UUID // events the application login and the probe tried to append
 	// The probes run while the neighbour held its locks.
 	probes    []string // "migrate 0.4s", ...
 	condAfter int64    // the last probe event's sequence
@@ -207,7 +209,7 @@ func (n *chaosNeighbour) connect(ctx context.Context) *pgx.Conn {
 	return conn
 }
 
-// controlChannels are River's control channels in this database, as the
+// sqlControlChannels are River's control channels in this database, as the
 // neighbour finds them: River listens on "<schema>.river_control", and
 // pg_class shows every schema's tables to everyone.
 const sqlControlChannels = `SELECT coalesce(array_agg(DISTINCT n.nspname || '.river_control'), '{}')
@@ -458,18 +460,18 @@ func (n *chaosNeighbour) probeRetention(t *testing.T) {
 func (n *chaosNeighbour) probeAppendIf() {
 	ctx, cancel := context.WithTimeout(context.Background(), chaosProbeTimeout)
 	defer cancel()
+	id := n.tryAppend()
 	n.mu.Lock()
 	after := n.condAfter
 	n.mu.Unlock()
 	began := time.Now()
 	res, err := outbox.AppendIf(ctx, n.admin, outbox.AppendCondition{
 		FailIfEventsMatch: outbox.Query{{Types: []string{chaosCondType}}}, After: after,
-	}, outbox.Event{Type: chaosCondType, Key: "cond", Data: json.RawMessage(`{}`)})
+	}, outbox.Event{EventID: id, Type: chaosCondType, Key: "cond", Data: json.RawMessage(`{}`)})
 	took := time.Since(began)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err == nil {
-		n.appended = append(n.appended, res[0].GlobalSequence)
 		n.condAfter = res[0].GlobalSequence
 	}
 	n.probeDone("AppendIf", took, err)
@@ -518,6 +520,8 @@ func (r *chaosRun) tempSequence() {
 	if wctx.Err() != nil {
 		return
 	}
+	id := n.tryAppend()
+	plants := map[int64]bool{}
 	err := retryFor(30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -533,24 +537,30 @@ func (r *chaosRun) tempSequence() {
 			return err
 		}
 		plant := last + 1_000_000
-		if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TEMP SEQUENCE riverbus_event_global_sequence START %d`, plant)); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) {
-				r.t.Logf("%5.1fs temporary sequence refused: %v", r.elapsed(), err)
-				err = nil // refused: nothing to plant
-			}
-			if err != nil {
-				return err
-			}
+		plants[plant] = true
+		var pgErr *pgconn.PgError
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TEMP SEQUENCE riverbus_event_global_sequence START %d`, plant)); errors.As(err, &pgErr) {
+			r.t.Logf("%5.1fs temporary sequence refused: %v", r.elapsed(), err) // nothing to plant: append all the same
+		} else if err != nil {
+			return err
 		}
 		var seq int64
-		if err := conn.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('it.tempseq', 'tempseq', '{}') RETURNING global_sequence`).Scan(&seq); err != nil {
+		err = conn.QueryRow(ctx, `INSERT INTO riverbus_event (event_id, type, key, data) VALUES ($1, 'it.tempseq', 'tempseq', '{}') RETURNING global_sequence`, id).Scan(&seq)
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation:
+			// An earlier try committed and its answer was lost.
+			if err := n.admin.QueryRow(ctx, `SELECT global_sequence FROM riverbus_event WHERE event_id = $1`, id).Scan(&seq); err != nil {
+				return err
+			}
+		case errors.As(err, &pgErr):
+			r.t.Logf("%5.1fs append with a temporary sequence refused: %v", r.elapsed(), err)
+			seq = 0
+		case err != nil:
 			return err
 		}
 		n.mu.Lock()
-		n.appended = append(n.appended, seq)
 		n.tempTried++
-		if seq == plant {
+		if plants[seq] {
 			n.tempPlanted++
 		}
 		n.mu.Unlock()
@@ -587,34 +597,48 @@ func (r *chaosRun) bigEvent(i, size int) {
 	if wctx.Err() != nil {
 		return
 	}
-	var seq int64
+	id := n.tryAppend()
 	err := retryFor(30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		// The blob's JSON string adds a little to size: stay under the
 		// 64 MiB event limit.
-		return n.app.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, data)
-			VALUES ('it.big', $1, jsonb_build_object('blob', repeat('x', $2::int - 16))) RETURNING global_sequence`,
-			fmt.Sprintf("big-%d", i), size).Scan(&seq)
+		_, err := n.app.Exec(ctx, `INSERT INTO riverbus_event (event_id, type, key, data)
+			VALUES ($1, 'it.big', $2, jsonb_build_object('blob', repeat('x', $3::int - 16)))`, id, fmt.Sprintf("big-%d", i), size)
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+			return nil // an earlier try committed and its answer was lost
+		}
+		return err
 	})
 	if err != nil {
 		r.t.Errorf("big event %d: %v", i, err)
 		return
 	}
 	n.mu.Lock()
-	n.appended = append(n.appended, seq)
 	n.bigAppended++
 	n.mu.Unlock()
-	r.t.Logf("%5.1fs application login appended a %d MiB event: sequence %d", r.elapsed(), size>>20, seq)
+	r.t.Logf("%5.1fs application login appended a %d MiB event", r.elapsed(), size>>20)
 }
 
-// settle adds the events the application login and the probes committed.
-func (n *chaosNeighbour) settle(committed map[int64]bool) {
+// settle adds the events the application login and the probes committed,
+// read by their ids.
+func (n *chaosNeighbour) settle(t *testing.T, committed map[int64]bool) {
+	t.Helper()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, seq := range n.appended {
-		committed[seq] = true
-	}
+	ids := slices.Clone(n.ids)
+	n.mu.Unlock()
+	addCommittedByID(t, context.Background(), n.admin, ids, committed)
+}
+
+// tryAppend returns the id of an event the application login or a probe is
+// about to append: whether it committed is read by id in settle, as the
+// writers do for a COMMIT whose answer was lost.
+func (n *chaosNeighbour) tryAppend() uuid.UUID {
+	id := uuid.New()
+	n.mu.Lock()
+	n.ids = append(n.ids, id)
+	n.mu.Unlock()
+	return id
 }
 
 // chaosNeighbourResults is what the neighbour and the application login did

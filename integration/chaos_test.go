@@ -582,7 +582,7 @@ func (r *chaosRun) stopTraffic() {
 	<-r.writersDone
 	<-r.backpressureDone
 	r.actions.settle(r.t, r.ctx, r.load.committed)
-	r.neighbour.settle(r.load.committed)
+	r.neighbour.settle(r.t, r.load.committed)
 	r.committed = r.load.wait(r.t, r.db)
 	r.t.Logf("%5.1fs writers done: %d events committed, %d rolled back, %d long transactions; draining",
 		r.elapsed(), len(r.committed), r.load.rolledBack, r.longStarted)
