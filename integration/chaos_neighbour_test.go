@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -116,8 +117,9 @@ type chaosNeighbour struct {
 	cfg   *pgx.ConnConfig
 	app   *pgxpool.Pool // the riverbus_app login
 
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	began time.Time // the forged pause and resume phases are timed from here
 	// holding receives a value each time the neighbour has taken its locks.
 	holding chan struct{}
 
@@ -136,6 +138,8 @@ type chaosNeighbour struct {
 	bigAppended            int
 	bigSize                int
 	ids                    []uuid.UUID // events the application login and the probe tried to append
+	// The operator's pause of chaosPausedQueue against forged resumes.
+	operatorPauses, pauseBreaches int
 	// The probes run while the neighbour held its locks.
 	probes    []string // "migrate 0.4s", ...
 	condAfter int64    // the last probe event's sequence
@@ -145,7 +149,7 @@ type chaosNeighbour struct {
 // application's (riverbus_app) and starts the neighbour.
 func (r *chaosRun) startChaosNeighbour() {
 	t, ctx := r.t, r.ctx
-	n := &chaosNeighbour{t: t, admin: r.db, holding: make(chan struct{}, 1),
+	n := &chaosNeighbour{t: t, admin: r.db, holding: make(chan struct{}, 1), began: time.Now(),
 		refusedBy: map[string]int{}, heldNames: map[string]bool{}}
 	n.cfg = r.login(chaosNeighbourRole, "")
 	appCfg := r.login("chaos_app", "riverbus_app")
@@ -228,7 +232,6 @@ func (n *chaosNeighbour) spray(ctx context.Context) {
 			_ = conn.Close(context.Background())
 		}
 	}()
-	began := time.Now()
 	var channels []string
 	var channelsAt, lastPauseSpray time.Time
 	for ctx.Err() == nil {
@@ -263,7 +266,7 @@ func (n *chaosNeighbour) spray(ctx context.Context) {
 		cancels := len(payloads)
 		if time.Since(lastPauseSpray) >= chaosPauseSprayEvery {
 			action := "resume"
-			if time.Since(began)%chaosPauseCycle < chaosPauseSpray {
+			if time.Since(n.began)%chaosPauseCycle < chaosPauseSpray {
 				action = "pause"
 			}
 			queues, qerr := n.queues(ctx)
@@ -651,6 +654,7 @@ type chaosNeighbourResults struct {
 	tempTried, planted   int
 	big, bigSize         int
 	probes               []string
+	pauses, breaches     int      // operator pauses against forged resumes; jobs run through them
 	cancelled            int      // pool jobs that ended cancelled (nobody in the run asked)
 	cancelledExamples    []string // "pool:job id:sequence"
 }
@@ -665,7 +669,7 @@ func (r *chaosRun) neighbourResults() chaosNeighbourResults {
 	res := chaosNeighbourResults{forged: n.forged.Load(), cancels: n.forgedCancels.Load(),
 		locksHeld: n.locksHeld.Load(), refused: n.locksRefuse.Load(), advHeld: n.advHeld.Load(), holds: n.holds.Load(),
 		tempTried: n.tempTried, planted: n.tempPlanted, big: n.bigAppended, bigSize: n.bigSize,
-		probes: slices.Clone(n.probes)}
+		probes: slices.Clone(n.probes), pauses: n.operatorPauses, breaches: n.pauseBreaches}
 	var by []string
 	for _, code := range slices.Sorted(maps.Keys(n.refusedBy)) {
 		by = append(by, fmt.Sprintf("%s:%d", code, n.refusedBy[code]))
@@ -685,4 +689,51 @@ func (r *chaosRun) neighbourResults() chaosNeighbourResults {
 		return err
 	}))
 	return res
+}
+
+// chaosPausedQueue is the queue the operator pauses through River UI while
+// the neighbour sprays forged resumes: the grouped pool's, worked by the
+// test's own client, which is never killed (a new process would read the
+// pause from the database anyway).
+var chaosPausedQueue = bustype.DefaultQueue(chaosGrouped)
+
+// operatorPause pauses chaosPausedQueue through River UI's HTTP API, as an
+// operator would, for the whole of the neighbour's first forged-resume
+// phase (a second inside each end), then resumes it. The pool's jobs keep
+// coming (only the River queue is paused), so a producer that a forged
+// resume wakes runs them: any job of the queue that starts more than
+// chaosStallAfter after the pause and before the operator's resume is a
+// breach. It needs a run of at least chaosPauseCycle, to end before the
+// writers do.
+func (r *chaosRun) operatorPause() {
+	n, wctx := r.neighbour, r.wctx
+	defer r.load.wg.Done()
+	if r.dur < chaosPauseCycle {
+		return
+	}
+	sleepCtx(wctx, time.Until(n.began.Add(chaosPauseSpray+time.Second)))
+	if wctx.Err() != nil {
+		return
+	}
+	var pausedAt, resumedAt time.Time
+	if err := retryFor(30*time.Second, func() error { return r.actions.queueAction(r.ctx, chaosPausedQueue, "pause", &pausedAt) }); err != nil {
+		r.t.Errorf("pause queue %s through River UI: %v", chaosPausedQueue, err)
+		return
+	}
+	r.t.Logf("%5.1fs operator paused queue %s through River UI while the neighbour sprays forged resumes", r.elapsed(), chaosPausedQueue)
+	time.Sleep(time.Until(n.began.Add(chaosPauseCycle - time.Second))) // the pause lasts the neighbour's resume phase
+	if err := retryFor(60*time.Second, func() error { return r.actions.queueAction(r.ctx, chaosPausedQueue, "resume", &resumedAt) }); err != nil {
+		r.t.Errorf("resume queue %s through River UI: %v", chaosPausedQueue, err)
+		return
+	}
+	var breaches int
+	require.NoError(r.t, retryFor(10*time.Second, func() error {
+		return r.db.QueryRow(r.ctx, `SELECT count(*) FROM river_job WHERE queue = $1 AND attempted_at > $2 AND attempted_at < $3`,
+			chaosPausedQueue, pausedAt.Add(chaosStallAfter), resumedAt).Scan(&breaches)
+	}))
+	n.mu.Lock()
+	n.operatorPauses++
+	n.pauseBreaches += breaches
+	n.mu.Unlock()
+	r.t.Logf("%5.1fs operator resumed queue %s: %d of its jobs started over %s into the pause", r.elapsed(), chaosPausedQueue, breaches, chaosStallAfter)
 }

@@ -295,12 +295,12 @@ func (r *chaosRun) checkLate(res *chaosResults) {
 // events.
 func (r *chaosRun) report(res *chaosResults) {
 	t, ctx, db, a, h, nb := r.t, r.ctx, r.db, r.actions, res.horizon, res.neighbour
-	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d horizon_stalls=%d cancelled_jobs=%d forged_notifies=%d parse_locks=%d/%d advisory_locks=%d lock_waits=%d temp_seq=%d/%d big_events=%dx%dMiB dead_letters_by_reason=%s wall=%s\n",
+	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d horizon_stalls=%d cancelled_jobs=%d forged_notifies=%d parse_locks=%d/%d advisory_locks=%d lock_waits=%d resume_breaches=%d temp_seq=%d/%d big_events=%dx%dMiB dead_letters_by_reason=%s wall=%s\n",
 		r.dur, len(r.committed), r.load.rolledBack, res.longCommitted, a.preparedN.committed, a.preparedN.rolledBack,
 		len(a.poison), a.uiRetries, a.jumps, res.jobs[chaosProjection], res.jobs[chaosHooks], res.jobs[chaosOrdered],
 		res.totalLost(), res.duplicates, res.mismatches, res.violations, res.extraProblems, res.dlProblems, h.LateEvents, res.redeliveries,
 		r.kills, r.rescued, r.pgCrashes, len(res.stalled), r.stalls.horizonStalls, nb.cancelled, nb.forged, nb.locksHeld, nb.refused, nb.advHeld,
-		len(r.stalls.lockWaits), nb.planted, nb.tempTried, nb.big, nb.bigSize>>20,
+		len(r.stalls.lockWaits), nb.breaches, nb.planted, nb.tempTried, nb.big, nb.bigSize>>20,
 		res.byReason, time.Since(r.began).Round(time.Second))
 	t.Logf("neighbour: %d forged control messages (%d cancels of running jobs) on every River control channel; %d hold periods: parse-time locks held %d, refused %d (by SQLSTATE: %s), held on [%s]; advisory keys held %d",
 		nb.forged, nb.cancels, nb.holds, nb.locksHeld, nb.refused, nb.refusedBy, nb.heldNames, nb.advHeld)
@@ -357,6 +357,7 @@ func (r *chaosRun) verify(res *chaosResults) {
 		nb := res.neighbour
 		require.Zero(t, nb.cancelled, "pool jobs cancelled though nobody asked (pool:job:sequence): %v", nb.cancelledExamples)
 		require.Zero(t, nb.planted, "events numbered by the application's temporary sequence")
+		require.Zero(t, nb.breaches, "jobs of queue %s started over %s into the operator's pause (forged resumes)", chaosPausedQueue, chaosStallAfter)
 		require.Empty(t, r.stalls.waits(), "sessions that waited for a lock the neighbour held")
 	})
 	t.Run("GroupedAndMidStreamPools", func(t *testing.T) {
@@ -404,6 +405,9 @@ func (r *chaosRun) verify(res *chaosResults) {
 		require.NotEmpty(t, nb.probes, "probes run while the neighbour held its locks")
 		require.Equal(t, 1, nb.tempTried, "temporary sequence tries")
 		require.Equal(t, chaosBigEvents, nb.big, "big events appended")
+		if r.dur >= chaosPauseCycle {
+			require.Equal(t, 1, nb.pauses, "operator pauses against forged resumes")
+		}
 		for _, c := range r.procs {
 			require.Positive(t, c.kills, "%s was never killed", c.label())
 		}

@@ -149,12 +149,14 @@ func (s *chaosStalls) horizonQuiet(now time.Time) bool {
 
 // sqlPoolStalls finds, per pool, whether it has a job due for
 // chaosStallAfter ($1) that nothing has taken, while no job of the pool
-// started or finished within that time.
+// started or finished within that time. A pool or a River queue the
+// operator paused is not watched.
 const sqlPoolStalls = `SELECT p.name,
 	EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'available' AND j.queue = p.queue AND j.kind = p.name AND j.scheduled_at < now() - $1::interval)
 	AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state IN ('completed', 'discarded', 'cancelled') AND j.finalized_at > now() - $1::interval AND j.kind = p.name)
 	AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state IN ('running', 'retryable') AND j.attempted_at > now() - $1::interval AND j.kind = p.name)
-FROM riverbus_pool p WHERE p.status = 'active'`
+FROM riverbus_pool p WHERE p.status = 'active'
+	AND NOT EXISTS (SELECT 1 FROM river_queue q WHERE q.name = p.queue AND q.paused_at IS NOT NULL)`
 
 // sqlNeighbourWaiters lists the sessions waiting for a lock that a session
 // of the neighbour's role ($1) holds or waits ahead of them for.
