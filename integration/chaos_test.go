@@ -83,9 +83,13 @@ func chaosDuration(t *testing.T) time.Duration {
 // transactions outlive the gap timeout, while two fan-out processes and one
 // worker process per pool — exactly-once projection, webhook delivery
 // (at-least-once), key-ordered — are killed -9 at random and restarted, and
-// PostgreSQL crashes once (immediate shutdown, then recovery). Then every
-// committed event must have exactly one job per pool, every job must be
-// finished, the projection must be exact, every key's successful runs in
+// PostgreSQL crashes once (immediate shutdown, then recovery). Meanwhile a
+// login with no riverbus grant sprays forged River control messages, holds
+// parse-time locks and advisory keys, and an application login appends
+// through a temporary sequence and appends big events (chaosNeighbour); no
+// pool may stop for over 10 s (chaosStalls). Then every committed event
+// must have exactly one job per pool, every job must be finished and none
+// cancelled, the projection must be exact, every key's successful runs in
 // order, and late events delivered. It prints one line of figures
 // ("chaos: ..."). Writers pause while the backlog is over chaosMaxBacklog, so
 // the drain stays short on a slow or busy machine. RIVERBUS_CHAOS_DEBUG=1
