@@ -127,19 +127,7 @@ func (a *chaosActions) retryOrderedDeadLetters(ctx context.Context) {
 	if len(pick) == 0 {
 		return
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.uiURL+"/api/jobs/retry",
-		strings.NewReader(`{"ids":[`+strings.Join(pick, ",")+`]}`))
-	if err != nil {
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if err := riverUIRequest(ctx, http.MethodPost, a.uiURL+"/api/jobs/retry", `{"ids":[`+strings.Join(pick, ",")+`]}`); err != nil {
 		return
 	}
 	a.mu.Lock()
@@ -149,6 +137,36 @@ func (a *chaosActions) retryOrderedDeadLetters(ctx context.Context) {
 	}
 	a.uiRetries += len(pick)
 	a.mu.Unlock()
+}
+
+// queueAction pauses or resumes (action) a River queue through River UI's
+// HTTP API, as an operator would, and sets at to the database's clock once
+// it has.
+func (a *chaosActions) queueAction(ctx context.Context, queue, action string, at *time.Time) error {
+	if err := riverUIRequest(ctx, http.MethodPut, a.uiURL+"/api/queues/"+queue+"/"+action, `{}`); err != nil {
+		return err
+	}
+	return a.db.QueryRow(ctx, `SELECT now()`).Scan(at)
+}
+
+// riverUIRequest sends a JSON request to River UI's HTTP API, as its page
+// does; any answer but 200 is an error that quotes it.
+func riverUIRequest(ctx context.Context, method, url, body string) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("River UI %s %s: %s: %s", method, url, resp.Status, msg)
+	}
+	return nil
 }
 
 // jump moves the sequence far ahead, as a DBA's setval would.
@@ -248,8 +266,16 @@ func (a *chaosActions) settle(t *testing.T, ctx context.Context, committed map[i
 	for seq := range a.fail {
 		committed[seq] = true
 	}
+	addCommittedByID(t, ctx, a.db, a.prepared, committed)
+}
+
+// addCommittedByID adds to committed the sequences of the events of ids
+// that the database holds: events whose COMMIT may or may not have
+// happened.
+func addCommittedByID(t *testing.T, ctx context.Context, db *pgxpool.Pool, ids []uuid.UUID, committed map[int64]bool) {
+	t.Helper()
 	require.NoError(t, retryFor(10*time.Second, func() error {
-		rows, err := a.db.Query(ctx, `SELECT global_sequence FROM riverbus_event WHERE event_id = ANY($1)`, a.prepared)
+		rows, err := db.Query(ctx, `SELECT global_sequence FROM riverbus_event WHERE event_id = ANY($1)`, ids)
 		if err != nil {
 			return err
 		}

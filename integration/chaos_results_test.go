@@ -44,6 +44,9 @@ type chaosResults struct {
 	horizon       *horizon.Status
 	longCommitted int // long transactions' events committed
 
+	neighbour chaosNeighbourResults
+	stalled   []string // pools stalled while the run went on or not drained
+
 	extraProblems int // the test client's pools: start points, exactly once, transactions
 	extraExamples []string
 	dlProblems    int // dead letters the run did not cause
@@ -84,6 +87,8 @@ func (r *chaosRun) collect() *chaosResults {
 	res.extraProblems, res.extraExamples = r.extra.check(r.t, r.ctx, r.db, r.committed)
 	res.dlProblems, res.dlExamples = r.actions.deadLetterProblems(r.t, r.ctx, r.db)
 	res.byReason = deadLettersByReason(r.t, r.ctx, r.db)
+	res.neighbour = r.neighbourResults()
+	res.stalled = r.stalledPools()
 	return res
 }
 
@@ -289,12 +294,23 @@ func (r *chaosRun) checkLate(res *chaosResults) {
 // post-mortem needs: late and gap figures, the dead letters and the lost
 // events.
 func (r *chaosRun) report(res *chaosResults) {
-	t, ctx, db, a, h := r.t, r.ctx, r.db, r.actions, res.horizon
-	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d dead_letters_by_reason=%s wall=%s\n",
+	t, ctx, db, a, h, nb := r.t, r.ctx, r.db, r.actions, res.horizon, res.neighbour
+	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d horizon_stalls=%d cancelled_jobs=%d forged_notifies=%d parse_locks=%d/%d advisory_locks=%d lock_waits=%d resume_breaches=%d temp_seq=%d/%d big_events=%dx%dMiB dead_letters_by_reason=%s wall=%s\n",
 		r.dur, len(r.committed), r.load.rolledBack, res.longCommitted, a.preparedN.committed, a.preparedN.rolledBack,
 		len(a.poison), a.uiRetries, a.jumps, res.jobs[chaosProjection], res.jobs[chaosHooks], res.jobs[chaosOrdered],
 		res.totalLost(), res.duplicates, res.mismatches, res.violations, res.extraProblems, res.dlProblems, h.LateEvents, res.redeliveries,
-		r.kills, r.rescued, r.pgCrashes, r.stalled, res.byReason, time.Since(r.began).Round(time.Second))
+		r.kills, r.rescued, r.pgCrashes, len(res.stalled), r.stalls.horizonStalls, nb.cancelled, nb.forged, nb.locksHeld, nb.refused, nb.advHeld,
+		len(r.stalls.lockWaits), nb.breaches, nb.planted, nb.tempTried, nb.big, nb.bigSize>>20,
+		res.byReason, time.Since(r.began).Round(time.Second))
+	t.Logf("neighbour: %d forged control messages (%d cancels of running jobs) on every River control channel; %d hold periods: parse-time locks held %d, refused %d (by SQLSTATE: %s), held on [%s]; advisory keys held %d",
+		nb.forged, nb.cancels, nb.holds, nb.locksHeld, nb.refused, nb.refusedBy, nb.heldNames, nb.advHeld)
+	t.Logf("probes run while the neighbour held its locks: %v; sessions seen waiting for its locks: %v", nb.probes, r.stalls.waits())
+	for _, ep := range r.stalls.episodes {
+		t.Logf("stall: %s", ep)
+	}
+	if nb.cancelled > 0 {
+		t.Logf("cancelled jobs nobody asked for (pool:job:sequence): %v", nb.cancelledExamples)
+	}
 	t.Logf("late events: %d marked late, %d of them delivered flagged late (the others reached every pool before its cursor passed them)",
 		len(res.lateSeqs), len(res.lateFlagged))
 	t.Logf("gaps proven dead %d, skipped %d, still watched %d; kills during the writers %d, process exits %d, dead letters %d, phantom jobs or deliveries %d; writers throttled for %s",
@@ -332,7 +348,17 @@ func (r *chaosRun) verify(res *chaosResults) {
 	t := r.t
 	t.Run("NothingLost", func(t *testing.T) {
 		require.Zero(t, res.totalLost(), "lost (pool:sequence): %v", res.lostExamples)
-		require.Zero(t, r.stalled, "stalled pools")
+	})
+	t.Run("NothingStalled", func(t *testing.T) {
+		require.Empty(t, res.stalled, "pools stalled for over %s or not drained: %v", chaosStallAfter, r.stalls.episodes)
+		require.Zero(t, r.stalls.horizonStalls, "horizon stalls")
+	})
+	t.Run("NeighbourChangesNothing", func(t *testing.T) {
+		nb := res.neighbour
+		require.Zero(t, nb.cancelled, "pool jobs cancelled though nobody asked (pool:job:sequence): %v", nb.cancelledExamples)
+		require.Zero(t, nb.planted, "events numbered by the application's temporary sequence")
+		require.Zero(t, nb.breaches, "jobs of queue %s started over %s into the operator's pause (forged resumes)", chaosPausedQueue, chaosStallAfter)
+		require.Empty(t, r.stalls.waits(), "sessions that waited for a lock the neighbour held")
 	})
 	t.Run("GroupedAndMidStreamPools", func(t *testing.T) {
 		require.Zero(t, res.extraProblems, "grouped and mid-stream pools: %v", res.extraExamples)
@@ -372,6 +398,16 @@ func (r *chaosRun) verify(res *chaosResults) {
 		require.Positive(t, r.actions.preparedN.committed, "prepared transactions committed")
 		require.Equal(t, 1, r.actions.jumps, "sequence jumps")
 		require.Equal(t, 1, r.pgCrashes)
+		nb := res.neighbour
+		require.Positive(t, nb.cancels, "forged cancels sent")
+		require.Positive(t, nb.holds, "the neighbour's lock holds")
+		require.Positive(t, nb.locksHeld+nb.refused, "parse-time locks tried")
+		require.NotEmpty(t, nb.probes, "probes run while the neighbour held its locks")
+		require.Equal(t, 1, nb.tempTried, "temporary sequence tries")
+		require.Equal(t, chaosBigEvents, nb.big, "big events appended")
+		if r.dur >= chaosPauseCycle {
+			require.Equal(t, 1, nb.pauses, "operator pauses against forged resumes")
+		}
 		for _, c := range r.procs {
 			require.Positive(t, c.kills, "%s was never killed", c.label())
 		}

@@ -83,9 +83,13 @@ func chaosDuration(t *testing.T) time.Duration {
 // transactions outlive the gap timeout, while two fan-out processes and one
 // worker process per pool — exactly-once projection, webhook delivery
 // (at-least-once), key-ordered — are killed -9 at random and restarted, and
-// PostgreSQL crashes once (immediate shutdown, then recovery). Then every
-// committed event must have exactly one job per pool, every job must be
-// finished, the projection must be exact, every key's successful runs in
+// PostgreSQL crashes once (immediate shutdown, then recovery). Meanwhile a
+// login with no riverbus grant sprays forged River control messages, holds
+// parse-time locks and advisory keys, and an application login appends
+// through a temporary sequence and appends big events (chaosNeighbour); no
+// pool may stop for over 10 s (chaosStalls). Then every committed event
+// must have exactly one job per pool, every job must be finished and none
+// cancelled, the projection must be exact, every key's successful runs in
 // order, and late events delivered. It prints one line of figures
 // ("chaos: ..."). Writers pause while the backlog is over chaosMaxBacklog, so
 // the drain stays short on a slow or busy machine. RIVERBUS_CHAOS_DEBUG=1
@@ -111,10 +115,14 @@ func TestChaos(t *testing.T) {
 	t.Parallel()
 	r := setUpChaos(t)
 	r.startProcesses()
+	r.startStallWatch()
 	r.startTraffic()
 	r.disrupt()
 	r.stopTraffic()
 	r.drain()
+	r.stalls.stopStallWatch()
+	r.neighbour.stopNeighbour()
+	r.stopProcesses()
 	res := r.collect()
 	r.report(res)
 	r.verify(res)
@@ -135,11 +143,13 @@ type chaosRun struct {
 	wdb       *pgxpool.Pool
 	throttled atomic.Bool // set by the back-pressure goroutine
 
-	extra   *chaosPools   // pools worked by the test's own River client
-	actions *chaosActions // poison events, failing events, UI retries, 2PC, a jump
-	hooks   *hookReceiver
-	hookURL string
-	procs   []*chaosProc
+	extra     *chaosPools     // pools worked by the test's own River client
+	actions   *chaosActions   // poison events, failing events, UI retries, 2PC, a jump
+	neighbour *chaosNeighbour // a login with no grants, and an application login's moves
+	stalls    *chaosStalls    // pools and horizon stopped for a while
+	hooks     *hookReceiver
+	hookURL   string
+	procs     []*chaosProc
 
 	// Set by startTraffic.
 	wctx             context.Context // ends when the writers must stop
@@ -160,8 +170,8 @@ type chaosRun struct {
 	committed map[int64]bool // every committed sequence
 
 	// Set by drain.
-	last    map[string]chaosPoolState // each pool's state when the drain ended
-	stalled int                       // pools not drained by the deadline
+	last       map[string]chaosPoolState // each pool's state when the drain ended
+	notDrained []string                  // pools not drained by the deadline
 }
 
 // chaosPoolState is one pool's jobs as the drain sees them.
@@ -251,15 +261,15 @@ func (r *chaosRun) startProcesses() {
 	}
 	fanEnv := []string{"RIVERBUS_GAP_TIMEOUT=" + chaosGapTimeout.String(), "RIVERBUS_POLL_INTERVAL=200ms", "RIVERBUS_LOG_LEVEL=warn"}
 	r.procs = []*chaosProc{
-		{name: chaosProjection, pool: chaosProjection, run: func(gen int) *proc {
+		{name: chaosProjection, pool: chaosProjection, ready: "ready", run: func(gen int) *proc {
 			return start(t, dbURL, "testworker", appEnv(chaosProjection, gen), "-pool", chaosProjection, "-mode", "projection",
 				"-id", fmt.Sprintf("projection-%d", gen), "-concurrency", "20")
 		}},
-		{name: chaosOrdered, pool: chaosOrdered, run: func(gen int) *proc {
+		{name: chaosOrdered, pool: chaosOrdered, ready: "ready", run: func(gen int) *proc {
 			return start(t, dbURL, "testworker", appEnv(chaosOrdered, gen), "-pool", chaosOrdered, "-mode", "ordered",
 				"-id", fmt.Sprintf("ordered-%d", gen), "-fail-rate", "0.05", "-max-delay", "2ms", "-concurrency", "60")
 		}},
-		{name: chaosHooks, pool: chaosHooks, run: func(gen int) *proc {
+		{name: chaosHooks, pool: chaosHooks, ready: "delivering pool hooks", run: func(gen int) *proc {
 			return start(t, dbURL, "riverbus", appEnv(chaosHooks, gen, "RIVERBUS_LOG_LEVEL=error"),
 				"work", "--pool", chaosHooks, "--webhook", r.hookURL, "--concurrency", "20")
 		}},
@@ -268,11 +278,8 @@ func (r *chaosRun) startProcesses() {
 	}
 	for _, c := range r.procs {
 		c.p = c.run(0)
-		switch c.pool {
-		case chaosProjection, chaosOrdered:
-			c.p.waitOutput("ready", 30*time.Second)
-		case chaosHooks:
-			c.p.waitOutput("delivering pool hooks", 30*time.Second)
+		if c.ready != "" {
+			c.p.waitOutput(c.ready, 30*time.Second)
 		}
 	}
 }
@@ -281,8 +288,10 @@ func (r *chaosRun) startProcesses() {
 // goroutines, one to chaosEventsPerTx events per transaction, random holds,
 // chaosRollbacks% rolled back), chaosLongWriters goroutines whose
 // transactions outlive the gap timeout (late events), a two-phase-commit
-// writer, and the back-pressure goroutine that throttles the writers while
-// the backlog is over chaosMaxBacklog.
+// writer, the neighbour (until the drain ends) with the probes of its locks,
+// the application login's temporary sequence and big events, and the
+// back-pressure goroutine that throttles the writers while the backlog is
+// over chaosMaxBacklog.
 func (r *chaosRun) startTraffic() {
 	wctx, stopWriters := context.WithTimeout(r.ctx, r.dur)
 	r.t.Cleanup(stopWriters)
@@ -295,6 +304,12 @@ func (r *chaosRun) startTraffic() {
 	}
 	r.load.wg.Add(1)
 	go r.actions.preparedWriter(wctx, r.wdb, &r.load.wg)
+	r.startChaosNeighbour()
+	r.load.wg.Add(3)
+	go r.probeLocks()
+	go r.tempSequence()
+	go r.operatorPause()
+	r.startBigEvents()
 	r.writersDone = make(chan struct{})
 	go func() { r.load.wg.Wait(); close(r.writersDone) }()
 	r.backpressureDone = make(chan struct{})
@@ -452,7 +467,9 @@ func (r *chaosRun) disrupt() {
 // that depended on them may be.
 func (r *chaosRun) crashPostgres() {
 	r.t.Logf("%5.1fs crashing PostgreSQL (immediate shutdown) and starting it again", r.elapsed())
+	r.stalls.crash(false)
 	require.NoError(r.t, r.srv.Crash(r.ctx))
+	r.stalls.crash(true)
 	r.pgCrashes++
 	r.t.Logf("%5.1fs PostgreSQL is back", r.elapsed())
 }
@@ -468,6 +485,7 @@ func (r *chaosRun) kill(c *chaosProc, why string) {
 	c.kills++
 	c.gen++
 	c.p = c.run(c.gen)
+	r.stalls.started(c)
 	r.t.Logf("%5.1fs kill -9 %s (%s)", r.elapsed(), c.label(), why)
 }
 
@@ -488,6 +506,7 @@ func (r *chaosRun) supervise() {
 			}
 			c.gen++
 			c.p = c.run(c.gen)
+			r.stalls.started(c)
 		default:
 		}
 	}
@@ -568,6 +587,7 @@ func (r *chaosRun) stopTraffic() {
 	<-r.writersDone
 	<-r.backpressureDone
 	r.actions.settle(r.t, r.ctx, r.load.committed)
+	r.neighbour.settle(r.t, r.load.committed)
 	r.committed = r.load.wait(r.t, r.db)
 	r.t.Logf("%5.1fs writers done: %d events committed, %d rolled back, %d long transactions; draining",
 		r.elapsed(), len(r.committed), r.load.rolledBack, r.longStarted)
@@ -585,8 +605,7 @@ func (r *chaosRun) allPools() []string {
 // to come), and every job is finished. Meanwhile it restarts processes that
 // exit and stands in for River's rescuer: a job running longer than
 // chaosStuckAfter lost its completion to the crash. Pools not drained by the
-// deadline are counted as stalled (and their unfinished jobs logged). Then
-// it stops every process (SIGTERM; each must exit cleanly).
+// deadline are counted as stalled (and their unfinished jobs logged).
 func (r *chaosRun) drain() {
 	t, ctx, db := r.t, r.ctx, r.db
 	var lastCommitted int64
@@ -632,7 +651,7 @@ func (r *chaosRun) drain() {
 		if time.Now().After(drainDeadline) {
 			for _, pool := range allPools {
 				if s := st[pool]; s.cursor < lastCommitted || s.unfinished > 0 {
-					r.stalled++
+					r.notDrained = append(r.notDrained, pool)
 					logUnfinished(t, ctx, db, pool)
 				}
 			}
@@ -643,9 +662,26 @@ func (r *chaosRun) drain() {
 		time.Sleep(500 * time.Millisecond) // poll interval of this wait on a condition with a deadline
 	}
 	t.Logf("%5.1fs drained: %+v", r.elapsed(), r.last)
+}
+
+// stopProcesses stops every process (SIGTERM; each must exit cleanly).
+func (r *chaosRun) stopProcesses() {
 	for _, c := range r.procs {
 		c.p.stop()
 	}
+}
+
+// stalledPools lists the pools that stalled: not drained by the deadline,
+// or stopped for more than chaosStallAfter while the run went on (a
+// stalled horizon stops them all).
+func (r *chaosRun) stalledPools() []string {
+	out := r.stalls.stalledNames()
+	for _, pool := range r.notDrained {
+		if !slices.Contains(out, pool) {
+			out = append(out, pool)
+		}
+	}
+	return out
 }
 
 // rescueStuck handles a pool job running for longer than chaosStuckAfter in
@@ -679,6 +715,9 @@ type hookReceiver struct {
 }
 
 func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A real endpoint takes a few milliseconds: deliveries are in flight
+	// long enough for the neighbour's forged cancels to find them.
+	time.Sleep(rand.N(10 * time.Millisecond))
 	body, err := io.ReadAll(r.Body)
 	var a workers.Args
 	if err == nil {
@@ -723,6 +762,7 @@ func (h *hookReceiver) snapshot() hookDeliveries {
 type chaosProc struct {
 	name  string
 	pool  string // the pool a worker process works; "" for a fan-out
+	ready string // what a worker process prints once it works its pool
 	run   func(gen int) *proc
 	p     *proc
 	gen   int

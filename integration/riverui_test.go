@@ -59,21 +59,7 @@ func uiActions(t *testing.T, db *pgxpool.Pool) jobActions {
 			if err != nil {
 				return err
 			}
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/api/jobs/"+action, bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			msg, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("river ui %s %d: %d %s", action, id, resp.StatusCode, msg)
-			}
-			return nil
+			return riverUIRequest(t.Context(), http.MethodPost, srv.URL+"/api/jobs/"+action, string(body))
 		}
 	}
 	return jobActions{

@@ -1,0 +1,240 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// chaosStallAfter: a pool whose due jobs nobody has worked for this long, or
+// a horizon that has not moved for this long while a committed event waits
+// above it, is stalled. Long against every pause the run causes on purpose
+// (a worker process restarting is excluded until it is ready; the gap
+// timeout is 2 s), short against a forged pause, which River would honour
+// until its next poll of the queue's state, a minute later.
+const chaosStallAfter = 10 * time.Second
+
+// chaosCrashQuiet: after the PostgreSQL crash no stall is counted for this
+// long, while every River client and fan-out reconnects.
+const chaosCrashQuiet = 20 * time.Second
+
+// chaosFanoutStartup: a fan-out process started this long ago is running
+// rounds. Kills are 1-4 s apart and spread over five processes, so both
+// fan-outs are rarely this young at once.
+const chaosFanoutStartup = 5 * time.Second
+
+// chaosStalls watches, every second from the traffic's start to the drain's
+// end, for what the drain's deadline alone would miss: a pool or the horizon
+// stopped for more than chaosStallAfter and then going on, as one a forged
+// pause or a neighbour's lock holds for a while; and any session waiting
+// for a lock the neighbour holds (whichever lock: none of riverbus's may be
+// one a login with no grant can take). Stalls the run causes
+// itself are excluded: a worker process killed is not watched until its new
+// process says it is ready and has been for chaosStallAfter; nothing is
+// watched while PostgreSQL restarts and for chaosCrashQuiet after; the
+// horizon's standstill is counted only while a fan-out process has run for
+// chaosFanoutStartup.
+type chaosStalls struct {
+	db   *pgxpool.Pool
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu sync.Mutex
+	// Per pool worked by a process: its newest process and the line it
+	// prints when ready, until it is seen.
+	starting   map[string]chaosStarting
+	quietUntil map[string]time.Time // per pool: no stall counted before
+	allQuiet   time.Time            // no stall counted before (the crash)
+	crashing   bool
+	fanouts    map[string]time.Time // fan-out slot → its process's start
+
+	// Written by the watcher goroutine, read after done.
+	since         map[string]time.Time // per pool: a stall seen since (zero: none)
+	horizonSince  time.Time
+	horizonLast   int64
+	stalledPools  map[string]bool
+	horizonStalls int
+	episodes      []string
+	// lockWaits are the sessions seen waiting for a lock the neighbour
+	// held: "pid application_name: query".
+	lockWaits map[string]bool
+}
+
+type chaosStarting struct {
+	p     *proc
+	ready string
+}
+
+// startStallWatch starts the watcher; stopStallWatch ends it.
+func (r *chaosRun) startStallWatch() {
+	ctx, stop := context.WithCancel(r.ctx)
+	s := &chaosStalls{db: r.db, stop: stop, done: make(chan struct{}), starting: map[string]chaosStarting{},
+		quietUntil: map[string]time.Time{}, fanouts: map[string]time.Time{}, since: map[string]time.Time{}, stalledPools: map[string]bool{},
+		lockWaits: map[string]bool{}}
+	for _, c := range r.procs {
+		s.started(c)
+	}
+	r.t.Cleanup(stop)
+	r.stalls = s
+	go s.watch(ctx, r)
+}
+
+func (s *chaosStalls) stopStallWatch() {
+	s.stop()
+	<-s.done
+}
+
+// started records a slot's new process (its first, or after a kill or an
+// exit).
+func (s *chaosStalls) started(c *chaosProc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.pool == "" {
+		s.fanouts[c.name] = time.Now()
+		return
+	}
+	s.starting[c.pool] = chaosStarting{p: c.p, ready: c.ready}
+}
+
+// crash brackets the PostgreSQL crash: nothing is watched from its start
+// until chaosCrashQuiet after it ended.
+func (s *chaosStalls) crash(ended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.crashing = !ended
+	if ended {
+		s.allQuiet = time.Now().Add(chaosCrashQuiet)
+	}
+}
+
+// quiet reports whether no stall of pool may be counted now.
+func (s *chaosStalls) quiet(pool string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.crashing || now.Before(s.allQuiet) {
+		return true
+	}
+	if st, ok := s.starting[pool]; ok {
+		if !strings.Contains(st.p.out.String(), st.ready) {
+			return true
+		}
+		delete(s.starting, pool)
+		s.quietUntil[pool] = now.Add(chaosStallAfter)
+	}
+	return now.Before(s.quietUntil[pool])
+}
+
+// horizonQuiet reports whether the horizon's standstill may not be counted
+// now: no fan-out process has run for chaosFanoutStartup.
+func (s *chaosStalls) horizonQuiet(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.crashing || now.Before(s.allQuiet) {
+		return true
+	}
+	for _, at := range s.fanouts {
+		if now.Sub(at) >= chaosFanoutStartup {
+			return false
+		}
+	}
+	return true
+}
+
+// sqlPoolStalls finds, per pool, whether it has a job due for
+// chaosStallAfter ($1) that nothing has taken, while no job of the pool
+// started or finished within that time. A pool or a River queue the
+// operator paused is not watched.
+const sqlPoolStalls = `SELECT p.name,
+	EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'available' AND j.queue = p.queue AND j.kind = p.name AND j.scheduled_at < now() - $1::interval)
+	AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state IN ('completed', 'discarded', 'cancelled') AND j.finalized_at > now() - $1::interval AND j.kind = p.name)
+	AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state IN ('running', 'retryable') AND j.attempted_at > now() - $1::interval AND j.kind = p.name)
+FROM riverbus_pool p WHERE p.status = 'active'
+	AND NOT EXISTS (SELECT 1 FROM river_queue q WHERE q.name = p.queue AND q.paused_at IS NOT NULL)`
+
+// sqlNeighbourWaiters lists the sessions waiting for a lock that a session
+// of the neighbour's role ($1) holds or waits ahead of them for.
+const sqlNeighbourWaiters = `SELECT a.pid || ' ' || coalesce(a.application_name, '') || ': ' || left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 100)
+FROM pg_stat_activity a
+WHERE a.wait_event_type = 'Lock' AND a.usename IS DISTINCT FROM $1
+	AND EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(a.pid)) AND b.usename = $1)`
+
+// watch samples the pools, the horizon and the lock waits every second
+// until ctx ends.
+func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
+	defer close(s.done)
+	window := chaosStallAfter.String()
+	for ctx.Err() == nil {
+		sleepCtx(ctx, time.Second)
+		now := time.Now()
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rows, err := s.db.Query(qctx, sqlPoolStalls, window)
+		stalled := map[string]bool{}
+		if err == nil {
+			var pool string
+			var st bool
+			_, err = pgx.ForEachRow(rows, []any{&pool, &st}, func() error { stalled[pool] = st; return nil })
+		}
+		var h, last int64
+		if err == nil {
+			err = s.db.QueryRow(qctx, `SELECT horizon, (SELECT coalesce(max(global_sequence), 0) FROM riverbus_event) FROM riverbus_horizon`).Scan(&h, &last)
+		}
+		var waiters []string
+		if err == nil {
+			rows, err = s.db.Query(qctx, sqlNeighbourWaiters, chaosNeighbourRole)
+			if err == nil {
+				waiters, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+		}
+		cancel()
+		if err != nil {
+			continue // the database restarting: the crash is excluded anyway
+		}
+		for _, w := range waiters {
+			if !s.lockWaits[w] {
+				s.lockWaits[w] = true
+				r.t.Logf("%5.1fs LOCK WAIT: session %s waits for a lock the neighbour holds", r.elapsed(), w)
+			}
+		}
+		for pool, st := range stalled {
+			if !st || s.quiet(pool, now) {
+				if !s.since[pool].IsZero() {
+					r.t.Logf("%5.1fs pool %s works again after a stall of at least %s", r.elapsed(), pool, now.Sub(s.since[pool]).Round(time.Second)+chaosStallAfter)
+				}
+				s.since[pool] = time.Time{}
+				continue
+			}
+			if s.since[pool].IsZero() {
+				s.since[pool] = now
+				s.stalledPools[pool] = true
+				s.episodes = append(s.episodes, fmt.Sprintf("%5.1fs pool %s: jobs due for %s, none started or finished", r.elapsed(), pool, chaosStallAfter))
+				r.t.Logf("%5.1fs STALL: pool %s has had jobs due for %s and started or finished none", r.elapsed(), pool, chaosStallAfter)
+			}
+		}
+		switch {
+		case s.horizonQuiet(now) || h != s.horizonLast || last <= h:
+			s.horizonSince, s.horizonLast = now, h
+		case now.Sub(s.horizonSince) > chaosStallAfter:
+			s.horizonStalls++
+			s.episodes = append(s.episodes, fmt.Sprintf("%5.1fs horizon: at %d for %s with committed events up to %d", r.elapsed(), h, chaosStallAfter, last))
+			r.t.Logf("%5.1fs STALL: the horizon has been at %d for %s, committed events up to %d", r.elapsed(), h, chaosStallAfter, last)
+			// A stalled horizon stops every pool.
+			for pool := range stalled {
+				s.stalledPools[pool] = true
+			}
+			s.horizonSince = now // one episode per chaosStallAfter of standstill
+		}
+	}
+}
+
+// waits lists the sessions seen waiting for the neighbour, sorted.
+func (s *chaosStalls) waits() []string { return slices.Sorted(maps.Keys(s.lockWaits)) }
+
+// stalledNames lists the pools that stalled while watched, sorted.
+func (s *chaosStalls) stalledNames() []string { return slices.Sorted(maps.Keys(s.stalledPools)) }
