@@ -160,16 +160,17 @@ FROM riverbus_pool p WHERE p.status = 'active'
 
 // sqlNeighbourWaiters lists the sessions waiting for a lock that a session
 // of the neighbour's role ($1) holds or waits ahead of them for. Not
-// counted: PostgreSQL's own lock on the notification queue (an "object"
-// lock on pg_database, object 0), which every transaction that sent a
-// NOTIFY takes at COMMIT through its WAL flush. The neighbour's forged
-// messages take it too, and any login may NOTIFY, so an appender's commit
-// may queue behind theirs for a moment; nobody can hold it idle.
+// counted: waits for an object lock, which is how PostgreSQL's lock on the
+// notification queue shows (an "object" lock on pg_database, object 0),
+// taken by every transaction that sent a NOTIFY at COMMIT through its WAL
+// flush. The neighbour's forged messages take it too, and any login may
+// NOTIFY, so an appender's commit may queue behind theirs for a moment;
+// nobody can hold it idle. The wait event is read in the same row as the
+// wait: pg_locks, read after, may already show the lock granted.
 const sqlNeighbourWaiters = `SELECT a.pid || ' ' || coalesce(a.application_name, '') || ': ' || left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 100)
 FROM pg_stat_activity a
 WHERE a.wait_event_type = 'Lock' AND a.usename IS DISTINCT FROM $1
-	AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted AND l.locktype = 'object'
-		AND l.database = 0 AND l.classid = 'pg_database'::regclass AND l.objid = 0)
+	AND a.wait_event IS DISTINCT FROM 'object'
 	AND EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(a.pid)) AND b.usename = $1)`
 
 // watch samples the pools, the horizon and the lock waits every second
