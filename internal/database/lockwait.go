@@ -1,6 +1,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,7 +96,7 @@ type LockWaitError struct {
 
 func (e *LockWaitError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: waited %s for %s", e.Op, e.Waited, cmpOr(e.Lock, "a lock"))
+	fmt.Fprintf(&b, "%s: waited %s for %s", e.Op, e.Waited, cmp.Or(e.Lock, "a lock"))
 	if len(e.Holders) == 0 {
 		b.WriteString(" (its holder was not seen: the wait was too short to look, or the holder had just left)")
 		return b.String()
@@ -111,13 +112,6 @@ func (e *LockWaitError) Error() string {
 }
 
 func (e *LockWaitError) Unwrap() error { return e.Err }
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
 
 // sqlLockWaiters reads, for the backend $1, what it waits for and who
 // blocks it. A row lock's wait shows in pg_locks as a wait for the
