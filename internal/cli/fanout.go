@@ -68,6 +68,9 @@ func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool) error {
 		return err
 	}
 	if err := client.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean stop
+		}
 		return fmt.Errorf("fan-out: %w", err)
 	}
 	<-ctx.Done()
