@@ -92,19 +92,40 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// EventJobStub is the args of the dead letter of an EventJob that could not
-// become a job (an event nested deeper than encoding/json accepts, or an
-// envelope too big for jsonb): the envelope without the event's data and
-// metadata, and the reason. Retrying the dead letter rebuilds the EventJob
-// from riverbus_event, keeping Late.
-type EventJobStub struct {
+// EventHead is an event's envelope without its data and metadata: what
+// the args of a reference (EventJobRef) and of a stub (EventJobStub) hold of
+// their event.
+type EventHead struct {
 	GlobalSequence int64     `json:"global_sequence"`
 	EventID        uuid.UUID `json:"event_id"`
 	Type           string    `json:"type"`
 	Key            string    `json:"key"`
 	Tags           []string  `json:"tags"`
 	OccurredAt     time.Time `json:"occurred_at"`
-	Late           bool      `json:"late,omitempty"`
+}
+
+// EventJobRef is the args of the job of an event whose data and metadata
+// are too big to copy into a job (more than 64 KiB as jsonb): the envelope
+// without them, Late, and PayloadInLog, always true. A group job's events
+// may be references too (without Late). Handlers never see one: the worker
+// middleware of every River client riverbus configures reads the payload
+// from riverbus_event before River decodes the args, so a handler gets the
+// EventJob or GroupJob with every event whole. River UI and `dlq show`
+// show the reference as the job row holds it. DESIGN.md §3 says why.
+type EventJobRef struct {
+	EventHead
+	Late         bool `json:"late,omitempty"`
+	PayloadInLog bool `json:"payload_in_log"`
+}
+
+// EventJobStub is the args of the dead letter of an EventJob that could not
+// become a job (an event nested deeper than encoding/json accepts, or an
+// envelope too big for jsonb): the envelope without the event's data and
+// metadata, and the reason. Retrying the dead letter rebuilds the EventJob
+// from riverbus_event, keeping Late.
+type EventJobStub struct {
+	EventHead
+	Late bool `json:"late,omitempty"`
 	// Undeliverable is why the event could not become a job. Its key,
 	// "undeliverable", marks a stub in a dead letter's args.
 	Undeliverable string `json:"undeliverable"`

@@ -70,8 +70,8 @@ func (u *unit) stub(reason string) any {
 			Late: g.Late, Part: g.Part, Parts: g.Parts, Sequences: u.seqs, Undeliverable: reason}
 	}
 	e := u.event
-	return bustype.EventJobStub{GlobalSequence: e.GlobalSequence, EventID: e.EventID, Type: e.Type, Key: e.Key,
-		Tags: e.Tags, OccurredAt: e.OccurredAt, Late: u.late, Undeliverable: reason}
+	return bustype.EventJobStub{EventHead: bustype.EventHead{GlobalSequence: e.GlobalSequence, EventID: e.EventID, Type: e.Type, Key: e.Key,
+		Tags: e.Tags, OccurredAt: e.OccurredAt}, Late: u.late, Undeliverable: reason}
 }
 
 // FanOutPool runs one batch for pool name in one transaction: lock the pool

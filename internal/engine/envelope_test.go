@@ -158,8 +158,8 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 					s := decodeArgs[bustype.EventJobStub](t, args, what)
 					requireSet(t, reflect.ValueOf(s), what, !s.Late)
 					want := events[s.GlobalSequence]
-					require.Equal(t, bustype.EventJobStub{GlobalSequence: want.GlobalSequence, EventID: want.EventID,
-						Type: want.Type, Key: want.Key, Tags: want.Tags, OccurredAt: s.OccurredAt, Late: late[want.GlobalSequence],
+					require.Equal(t, bustype.EventJobStub{EventHead: bustype.EventHead{GlobalSequence: want.GlobalSequence, EventID: want.EventID,
+						Type: want.Type, Key: want.Key, Tags: want.Tags, OccurredAt: s.OccurredAt}, Late: late[want.GlobalSequence],
 						Undeliverable: s.Undeliverable}, s, what)
 					require.True(t, want.OccurredAt.Equal(s.OccurredAt), what)
 					require.Contains(t, s.Undeliverable, "too deep", what)

@@ -122,7 +122,7 @@ func TestConfigInstallsThePoolsRetryPolicy(t *testing.T) {
 	require.NoError(t, err)
 	policy, ok := cfg.RetryPolicy.(*retry.Policy)
 	require.True(t, ok, "RetryPolicy is %T", cfg.RetryPolicy)
-	require.Len(t, cfg.Middleware, 3, "lane hand-off, Retry-After and masking URLs in errors")
+	require.Len(t, cfg.Middleware, 4, "lane hand-off, Retry-After, masking URLs in errors and reading big payloads")
 	_, _, err = pools.Create(context.Background(), db, bustype.PoolParams{Name: "billing"})
 	require.NoError(t, err)
 	s, ok := policy.Schedule("billing")

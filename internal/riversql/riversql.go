@@ -36,14 +36,64 @@ const NotifyInsert = `pg_notify(coalesce(current_schema() || '.', '') || 'river_
 // (text[]) and returns how many it sent.
 const NotifyInsertQueues = `SELECT count(` + NotifyInsert + `) FROM unnest($1::text[]) AS q(queue)`
 
+// EventEnvelope is the envelope of the event whose row is e, as
+// riverbus_event holds it: a bustype.Event. Workers get it for each event of
+// their jobs (a job's args may carry only a reference to it: EventArgs), and
+// a webhook sends it, rebuilt from the log, whatever a job row says.
+const EventEnvelope = `jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
+	'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata, 'occurred_at', e.occurred_at)`
+
+// PayloadInlineMax is the most bytes of data and metadata, as jsonb, that
+// an event's job carries in its args. A bigger event's job carries a
+// reference instead (EventArgs), and the worker reads the payload from the
+// log when it works the job (ResolvePayloads).
+//
+// River fetches a queue's jobs, args and all, in one statement with a fixed
+// timeout, as many as the queue has free workers; it reads them again when
+// it reschedules, rescues or retries them, and River UI lists them. Events
+// of tens of megabytes in the args made those statements time out, and the
+// jobs stalled; a reference keeps every job row a few hundred bytes, and
+// each big payload crosses the network once, to the handler that needs it.
+const PayloadInlineMax = 64 << 10
+
+// payloadBig is whether the payload of the event e takes more than
+// PayloadInlineMax bytes. Its stored size (what pg_column_size reports:
+// compressed, for a compressed value) decides when it is over the limit, or
+// so small that no compression could make it so (neither pglz nor lz4
+// shrinks a value more than 256 times); otherwise the payload's size as an
+// uncompressed jsonb is measured, so that a value that compresses well
+// cannot slip a huge payload into a job.
+const payloadBig = `CASE WHEN pg_column_size(e.data) + pg_column_size(e.metadata) > ` + payloadInlineMaxText + ` THEN true
+		WHEN pg_column_size(e.data) + pg_column_size(e.metadata) <= ` + payloadInlineMaxText + ` / 256 THEN false
+		ELSE pg_column_size(jsonb_build_array(e.data, e.metadata)) > ` + payloadInlineMaxText + ` END`
+
+const payloadInlineMaxText = "65536" // PayloadInlineMax; riversql_test.go checks that they agree
+
 // EventArgs is the args of a pool job of one event, a bustype.EventJob
 // without late, built by the database from the event's row e: the
 // fan-out's jobs and the rebuilt dead letters (package deadletters) are
-// built with it, so an event's payload never has to leave the database,
-// and a webhook delivers it, rebuilt from the log, whatever a job row says.
-// envelope_test.go in internal/engine pins it to the bustype types.
-const EventArgs = `jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
-	'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata, 'occurred_at', e.occurred_at)`
+// built with it, so an event's payload never has to leave the database.
+// An event whose payload takes more than PayloadInlineMax bytes gets a
+// bustype.EventJobRef instead: the envelope without data and metadata,
+// and "payload_in_log": true. envelope_test.go in internal/engine pins both
+// to the bustype types.
+const EventArgs = `CASE WHEN ` + payloadBig + `
+	THEN jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
+		'key', e.key, 'tags', to_jsonb(e.tags), 'occurred_at', e.occurred_at, 'payload_in_log', true)
+	ELSE ` + EventEnvelope + ` END`
+
+// EventPayloads returns the data and metadata of the events whose
+// sequences and event ids are $1 (bigint[]) and $2 (uuid[]), as three
+// arrays (global_sequence, data and metadata as text): the payloads a job's references name
+// (bustype.EventJobRef). An event the log no longer holds, or holds under
+// another id, is not returned. Arrays, so that River's executor (QueryRow
+// only) can read them. Only the payloads cross: the worker puts them
+// into the args itself, which costs the database no rebuild of a big
+// value.
+const EventPayloads = `SELECT coalesce(array_agg(e.global_sequence), '{}'), coalesce(array_agg(e.data::text), '{}'),
+	coalesce(array_agg(e.metadata::text), '{}')
+FROM unnest($1::bigint[], $2::uuid[]) AS r(seq, id)
+JOIN riverbus_event e ON e.global_sequence = r.seq AND e.event_id = r.id`
 
 // JobColumnList is the columns of river_job that riverbus sets when it
 // inserts a job, in the order of JobRow's values: River's own bulk insert's

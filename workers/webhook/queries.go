@@ -27,7 +27,7 @@ c AS (
 			CASE WHEN c.claimed - '{global_sequence,event_id,type,key,tags,data,metadata,occurred_at}'::text[] <> '{}'
 				THEN 'fields of its own' END
 		], NULL), ', ') AS differs,
-		(` + riversql.EventArgs + `)::text AS envelope
+		(` + riversql.EventEnvelope + `)::text AS envelope
 	FROM unnest($2::bigint[], $3::jsonb[]) WITH ORDINALITY AS c(seq, claimed, ord)
 	LEFT JOIN riverbus_event e ON e.global_sequence = c.seq
 	LEFT JOIN p ON true

@@ -306,3 +306,24 @@ func TestRegisterValidates(t *testing.T) {
 	require.NoError(t, webhook.Register(ws, webhook.Config{Pool: "other", URL: "http://localhost:8080", Timeout: -1}))
 	require.ErrorContains(t, webhook.Register(ws, cfg), `worker for kind "hooks" is already registered`)
 }
+
+// An event too big to travel in its job (the job holds a reference,
+// bustype.EventJobRef) is delivered whole, as the log holds it, and
+// signed as any other.
+func TestDeliveryOfABigEvent(t *testing.T) {
+	t.Parallel()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	rcv := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {})
+	b := setup(t, 3, webhook.Config{URL: rcv.URL, Secret: secret})
+
+	ev, jobID := b.appendEvent(t, "order.placed", "order-1", `{"s": "`+strings.Repeat("a", 1<<20)+`"}`)
+	job := waitJobState(t, b.db, jobID, rivertype.JobStateCompleted)
+	require.Empty(t, job.Errors)
+	require.Contains(t, job.Args, `"payload_in_log": true`, "the job holds a reference")
+	require.NotContains(t, job.Args, `"data"`)
+
+	got := rcv.deliveries()
+	require.Len(t, got, 1)
+	require.Equal(t, logEnvelope(t, b.db, ev.GlobalSequence), string(got[0].Body))
+	require.NoError(t, webhook.Verify(secret, got[0].Header, got[0].Body, 0))
+}

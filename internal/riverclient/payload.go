@@ -1,0 +1,160 @@
+package riverclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverbus/riverbus/internal/riversql"
+)
+
+// payloadInLog is the key of a reference to an event's payload in a job's
+// args (bustype.EventJobRef): a quick test for args that may hold one
+// (event data that merely contains the text costs a decode, and changes
+// nothing).
+var payloadInLog = []byte(`"payload_in_log"`)
+
+// resolvePayloads is worker middleware that gives a job whose args refer to
+// big events' payloads (riversql.PayloadInlineMax) those payloads from
+// riverbus_event, before River decodes the args for the worker: a handler
+// always gets whole events, whatever size an appender made them. It reads
+// through the River client working the job, in the job's own time (its
+// timeout, its retries), not in River's fetch, which has a fixed timeout
+// and fetches many jobs at once.
+//
+// An event the log no longer holds fails the job with an error naming it:
+// the job retries and ends a dead letter, never a handler run on an event
+// without its data.
+type resolvePayloads struct{ river.MiddlewareDefaults }
+
+func (*resolvePayloads) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	if !bytes.Contains(job.EncodedArgs, payloadInLog) {
+		return doInner(ctx)
+	}
+	args, err := resolveArgs(ctx, job.EncodedArgs, func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata []string, err error) {
+		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		err = client.Driver().GetExecutor().QueryRow(ctx, riversql.EventPayloads, seqs, ids).Scan(&found, &data, &metadata)
+		return found, data, metadata, err
+	})
+	if err != nil {
+		return fmt.Errorf("job %d: %w", job.ID, err)
+	}
+	job.EncodedArgs = args
+	return doInner(ctx)
+}
+
+// eventRef is what a reference names: the event, by its sequence and id.
+type eventRef struct {
+	GlobalSequence int64     `json:"global_sequence"`
+	EventID        uuid.UUID `json:"event_id"`
+	PayloadInLog   bool      `json:"payload_in_log"`
+}
+
+// resolveArgs returns args with every reference (the args themselves, or
+// an element of their events) replaced by the whole envelope: the
+// reference's fields, without payload_in_log, and the event's data and
+// metadata as query reads them. Elements without a reference are kept
+// byte for byte.
+func resolveArgs(ctx context.Context, args []byte, query func(context.Context, []int64, []uuid.UUID) ([]int64, []string, []string, error)) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(args, &top); err != nil {
+		return nil, fmt.Errorf("decode args to find payload references: %w", err)
+	}
+	var events []json.RawMessage
+	group := false
+	if raw, ok := top["events"]; ok && bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
+		if err := json.Unmarshal(raw, &events); err != nil {
+			return nil, fmt.Errorf("decode the events of the args to find payload references: %w", err)
+		}
+		group = true
+	} else {
+		events = []json.RawMessage{args}
+	}
+
+	// The elements that are references, decoded, by index.
+	refs := map[int]map[string]json.RawMessage{}
+	var (
+		seqs []int64
+		ids  []uuid.UUID
+	)
+	for i, raw := range events {
+		if !bytes.Contains(raw, payloadInLog) {
+			continue
+		}
+		var ref eventRef
+		if err := json.Unmarshal(raw, &ref); err != nil || !ref.PayloadInLog {
+			continue
+		}
+		fields := top
+		if group {
+			fields = nil
+			if err := json.Unmarshal(raw, &fields); err != nil {
+				return nil, fmt.Errorf("decode event %d of the args: %w", ref.GlobalSequence, err)
+			}
+		}
+		refs[i] = fields
+		seqs = append(seqs, ref.GlobalSequence)
+		ids = append(ids, ref.EventID)
+	}
+	if len(refs) == 0 {
+		return args, nil
+	}
+
+	seqsFound, data, metadata, err := query(ctx, seqs, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the payloads of events %v from riverbus_event: %w", seqs, err)
+	}
+	type payload struct{ data, metadata json.RawMessage }
+	found := make(map[int64]payload, len(seqsFound))
+	for i, seq := range seqsFound {
+		found[seq] = payload{json.RawMessage(data[i]), json.RawMessage(metadata[i])}
+	}
+	var missing []int64
+	for _, seq := range seqs {
+		if _, ok := found[seq]; !ok {
+			missing = append(missing, seq)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("it refers to the payload of events %v in riverbus_event, which no longer holds them (only the log keeps payloads over %d bytes)",
+			missing, riversql.PayloadInlineMax)
+	}
+
+	for _, i := range slices.Sorted(maps.Keys(refs)) {
+		fields := refs[i]
+		var seq int64
+		if err := json.Unmarshal(fields["global_sequence"], &seq); err != nil {
+			return nil, err
+		}
+		p := found[seq]
+		delete(fields, "payload_in_log")
+		fields["data"], fields["metadata"] = p.data, p.metadata
+		if !group {
+			break
+		}
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return nil, err
+		}
+		events[i] = b
+	}
+	if group {
+		b, err := json.Marshal(events)
+		if err != nil {
+			return nil, err
+		}
+		top["events"] = b
+	}
+	return json.Marshal(top)
+}
