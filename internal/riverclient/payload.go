@@ -22,22 +22,34 @@ import (
 // nothing).
 var payloadInLog = []byte(`"payload_in_log"`)
 
-// resolvePayloads is worker middleware that gives a job whose args refer to
-// big events' payloads (riversql.PayloadInlineMax) those payloads from
-// riverbus_event, before River decodes the args for the worker: a handler
-// always gets whole events, whatever size an appender made them. It reads
-// through the River client working the job, in the job's own time (its
-// timeout, its retries), not in River's fetch, which has a fixed timeout
-// and fetches many jobs at once.
+// resolvePayloads is a River hook that gives a job whose args refer to big
+// events' payloads (riversql.PayloadInlineMax) those payloads from
+// riverbus_event, just before River decodes the args for the worker: a
+// handler always gets whole events, whatever size an appender made them. A
+// WorkBegin hook rather than middleware, because River runs it after every
+// middleware, the worker's own included, so a worker that reads the log
+// itself (the webhook) can say so (SkipPayloads) and spare the transfer. It
+// reads through the River client working the job, in the job's own time and
+// retries, not in River's fetch, which has a fixed timeout and fetches many
+// jobs at once.
 //
 // An event the log no longer holds fails the job with an error naming it:
 // the job retries and ends a dead letter, never a handler run on an event
 // without its data.
-type resolvePayloads struct{ river.MiddlewareDefaults }
+type resolvePayloads struct{ river.HookDefaults }
 
-func (*resolvePayloads) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	if !bytes.Contains(job.EncodedArgs, payloadInLog) {
-		return doInner(ctx)
+type skipPayloadsKey struct{}
+
+// SkipPayloads returns a context in which a job's payload references are
+// left as they are: for worker middleware of a worker that reads the events
+// from the log itself.
+func SkipPayloads(ctx context.Context) context.Context {
+	return context.WithValue(ctx, skipPayloadsKey{}, true)
+}
+
+func (*resolvePayloads) WorkBegin(ctx context.Context, job *rivertype.JobRow) error {
+	if !bytes.Contains(job.EncodedArgs, payloadInLog) || ctx.Value(skipPayloadsKey{}) != nil {
+		return nil
 	}
 	args, err := resolveArgs(ctx, job.EncodedArgs, func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata []string, err error) {
 		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
@@ -51,7 +63,7 @@ func (*resolvePayloads) Work(ctx context.Context, job *rivertype.JobRow, doInner
 		return fmt.Errorf("job %d: %w", job.ID, err)
 	}
 	job.EncodedArgs = args
-	return doInner(ctx)
+	return nil
 }
 
 // eventRef is what a reference names: the event, by its sequence and id.

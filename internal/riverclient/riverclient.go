@@ -4,7 +4,7 @@
 // pools, the lane hand-off middleware ordered pools need, the retry
 // policy that follows each pool's retry schedule (internal/retry), the
 // middleware that masks the credentials of URLs in job errors
-// (internal/redact), the middleware that gives jobs of big events their
+// (internal/redact), the hook that gives jobs of big events their
 // payloads from the log (resolvePayloads), and, with a tracer provider, River's otelriver
 // middleware continuing each event's trace (internal/tracing).
 package riverclient
@@ -171,11 +171,11 @@ func Config(opts Opts) (*river.Config, error) {
 	// Innermost, so that River's stored errors, its logs and the work
 	// span all get the masked text.
 	cfg.Middleware = append(cfg.Middleware, &maskURLs{})
-	// Innermost of all, so that every middleware above sees the job's
-	// args as stored (heads only, for a big event) and its failure to read
-	// a payload is a job error like any other: masked, retried on the
-	// pool's schedule, and an ordered lane held.
-	cfg.Middleware = append(cfg.Middleware, &resolvePayloads{})
+	// Inside every middleware, so that they see the job's args as stored
+	// (heads only, for a big event) and its failure to read a payload is a
+	// job error like any other: masked, retried on the pool's schedule, and
+	// an ordered lane held.
+	cfg.Hooks = append(cfg.Hooks, &resolvePayloads{})
 	return cfg, nil
 }
 

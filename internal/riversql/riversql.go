@@ -56,14 +56,14 @@ const EventEnvelope = `jsonb_build_object('global_sequence', e.global_sequence, 
 // each big payload crosses the network once, to the handler that needs it.
 const PayloadInlineMax = 64 << 10
 
-// payloadBig is whether the payload of the event e takes more than
+// PayloadBig is whether the payload of the event e takes more than
 // PayloadInlineMax bytes. Its stored size (what pg_column_size reports:
 // compressed, for a compressed value) decides when it is over the limit, or
 // so small that no compression could make it so (neither pglz nor lz4
 // shrinks a value more than 256 times); otherwise the payload's size as an
 // uncompressed jsonb is measured, so that a value that compresses well
 // cannot slip a huge payload into a job.
-const payloadBig = `CASE WHEN pg_column_size(e.data) + pg_column_size(e.metadata) > ` + payloadInlineMaxText + ` THEN true
+const PayloadBig = `CASE WHEN pg_column_size(e.data) + pg_column_size(e.metadata) > ` + payloadInlineMaxText + ` THEN true
 		WHEN pg_column_size(e.data) + pg_column_size(e.metadata) <= ` + payloadInlineMaxText + ` / 256 THEN false
 		ELSE pg_column_size(jsonb_build_array(e.data, e.metadata)) > ` + payloadInlineMaxText + ` END`
 
@@ -77,7 +77,7 @@ const payloadInlineMaxText = "65536" // PayloadInlineMax; riversql_test.go check
 // bustype.EventJobRef instead: the envelope without data and metadata,
 // and "payload_in_log": true. envelope_test.go in internal/engine pins both
 // to the bustype types.
-const EventArgs = `CASE WHEN ` + payloadBig + `
+const EventArgs = `CASE WHEN ` + PayloadBig + `
 	THEN jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
 		'key', e.key, 'tags', to_jsonb(e.tags), 'occurred_at', e.occurred_at, 'payload_in_log', true)
 	ELSE ` + EventEnvelope + ` END`

@@ -7,7 +7,10 @@ import "github.com/riverbus/riverbus/internal/riversql"
 // grouping and ordering, and per event, in the job's order: whether the log
 // holds it, whether the pool's filter matches it, its type, key,
 // transaction id and occurred_at, the envelope's fields that differ from
-// the log's (jsonb equality; occurred_at is compared in Go, as timestamps),
+// the log's (jsonb equality; occurred_at is compared in Go, as timestamps;
+// a reference to a big event's payload, bustype.EventJobRef, has no data
+// and metadata to compare, and is one only for an event the fan-out would
+// have made one of),
 // and the log's envelope. One round trip: the pool by its name and each
 // event by its sequence, both primary keys.
 const sqlLogEvents = `WITH p AS (
@@ -22,13 +25,16 @@ c AS (
 			CASE WHEN c.claimed->'type' IS DISTINCT FROM to_jsonb(e.type) THEN 'type' END,
 			CASE WHEN c.claimed->'key' IS DISTINCT FROM to_jsonb(e.key) THEN 'key' END,
 			CASE WHEN coalesce(nullif(c.claimed->'tags', 'null'), '[]') IS DISTINCT FROM to_jsonb(e.tags) THEN 'tags' END,
-			CASE WHEN c.claimed->'data' IS DISTINCT FROM e.data THEN 'data' END,
-			CASE WHEN c.claimed->'metadata' IS DISTINCT FROM e.metadata THEN 'metadata' END,
-			CASE WHEN c.claimed - '{global_sequence,event_id,type,key,tags,data,metadata,occurred_at}'::text[] <> '{}'
+			CASE WHEN NOT c.ref AND c.claimed->'data' IS DISTINCT FROM e.data THEN 'data' END,
+			CASE WHEN NOT c.ref AND c.claimed->'metadata' IS DISTINCT FROM e.metadata THEN 'metadata' END,
+			CASE WHEN c.ref AND (c.claimed->'payload_in_log' IS DISTINCT FROM 'true' OR c.claimed ?| '{data,metadata}'
+				OR e.global_sequence IS NOT NULL AND NOT (` + riversql.PayloadBig + `)) THEN 'payload_in_log' END,
+			CASE WHEN c.claimed - '{global_sequence,event_id,type,key,tags,data,metadata,occurred_at,payload_in_log}'::text[] <> '{}'
 				THEN 'fields of its own' END
 		], NULL), ', ') AS differs,
 		(` + riversql.EventEnvelope + `)::text AS envelope
-	FROM unnest($2::bigint[], $3::jsonb[]) WITH ORDINALITY AS c(seq, claimed, ord)
+	FROM (SELECT u.*, u.claimed ? 'payload_in_log' AS ref
+		FROM unnest($2::bigint[], $3::jsonb[]) WITH ORDINALITY AS u(seq, claimed, ord)) c
 	LEFT JOIN riverbus_event e ON e.global_sequence = c.seq
 	LEFT JOIN p ON true
 )

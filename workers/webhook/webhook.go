@@ -20,10 +20,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/riverbus/riverbus/internal/redact"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -229,6 +231,20 @@ func (w *worker) hide(s string) string { return redact.Values(redact.Text(s), w.
 // job's errors, which River UI and `riverbus status` show. errors.Is and
 // errors.As see err (a *StatusError, context.Canceled).
 func (w *worker) shown(err error) error { return redact.Error(err, w.hide) }
+
+// Middleware has the job's args left as stored, references to big events'
+// payloads included (bustype.EventJobRef): the worker sends the log's
+// envelope whatever the job holds, so reading the payload into the job first
+// would only move it twice more.
+func (w *worker) Middleware(*rivertype.JobRow) []rivertype.WorkerMiddleware {
+	return []rivertype.WorkerMiddleware{&argsAsStored{}}
+}
+
+type argsAsStored struct{ river.MiddlewareDefaults }
+
+func (*argsAsStored) Work(ctx context.Context, _ *rivertype.JobRow, doInner func(context.Context) error) error {
+	return doInner(riverclient.SkipPayloads(ctx))
+}
 
 // Work delivers the event (or transaction group) the job names as
 // riverbus_event holds it, after checking that the job is one the fan-out

@@ -17,6 +17,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -309,12 +310,15 @@ func TestRegisterValidates(t *testing.T) {
 
 // An event too big to travel in its job (the job holds a reference,
 // bustype.EventJobRef) is delivered whole, as the log holds it, and
-// signed as any other.
+// signed as any other. A reference is accepted only as the fan-out makes
+// one: a forged reference to a small event, or one that also carries data,
+// is refused.
 func TestDeliveryOfABigEvent(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	rcv := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {})
-	b := setup(t, 3, webhook.Config{URL: rcv.URL, Secret: secret})
+	b := setupWith(t, setupOpts{Webhook: webhook.Config{URL: rcv.URL, Secret: secret}, WorkerLogin: true})
 
 	ev, jobID := b.appendEvent(t, "order.placed", "order-1", `{"s": "`+strings.Repeat("a", 1<<20)+`"}`)
 	job := waitJobState(t, b.db, jobID, rivertype.JobStateCompleted)
@@ -326,4 +330,19 @@ func TestDeliveryOfABigEvent(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, logEnvelope(t, b.db, ev.GlobalSequence), string(got[0].Body))
 	require.NoError(t, webhook.Verify(secret, got[0].Header, got[0].Body, 0))
+
+	small, smallJob := b.appendEvent(t, "order.placed", "order-2", `{"small": true}`)
+	waitJobState(t, b.db, smallJob, rivertype.JobStateCompleted)
+	var ref, withData string
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT (e - '{data,metadata}'::text[] || '{"payload_in_log": true}')::text,
+		(e || '{"payload_in_log": true}')::text
+		FROM (SELECT riverbus_event_envelope(ARRAY[$1::bigint])->0 AS e) x`, small.GlobalSequence).Scan(&ref, &withData))
+	worker := pgtest.Login(t, b.db, "riverbus_worker")
+	for _, args := range []string{ref, withData} {
+		id := forgeJob(t, worker, bustype.DefaultQueue(pool), args)
+		forged := waitJobState(t, b.db, id, rivertype.JobStateDiscarded)
+		require.Len(t, forged.Errors, 1)
+		require.Contains(t, forged.Errors[0], "payload_in_log", args)
+	}
+	require.Len(t, rcv.deliveries(), 2, "only the two real events were sent")
 }
