@@ -32,8 +32,9 @@ const (
 	dueWindow = 4096
 	// idleCursorLag: an idle pool's cursor is moved up at once when it is
 	// more sequences than this below the horizon, so that the window the
-	// statement reads stays small under load.
-	idleCursorLag = 1024
+	// statement reads stays small under load, and an idle pool's lag stays
+	// below the 1,000 events of the RiverbusPoolLagGrowing alert.
+	idleCursorLag = 512
 	// idleCursorInterval: an idle pool's cursor is moved up when it last
 	// moved this long ago; until then it stays a little below the horizon
 	// (checkpoints and lag follow it), and the statement judges the pool
