@@ -128,6 +128,7 @@ var scenarios = []scenario{
 	{"latency-1000", func(ctx context.Context, e *env) ([]Result, error) {
 		return runLatency(ctx, e, "latency-1000", latencyOpts{rate: 1000})
 	}},
+	{"many-pools", runManyPools},
 	{"rollback-gap", runRollbackGap},
 	{"backlog", runBacklog},
 	{"ordered-vs-unordered", runOrdered},

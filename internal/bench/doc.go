@@ -26,6 +26,15 @@
 //   - latency-200-loaded: latency-200 while both sides carry a background
 //     load of 1,000/s: appends for another pool (riverbus), inserts into
 //     another queue (raw River), worked by the same client. Same targets.
+//   - many-pools: latency-200's pool beside 300 pools (at scale 1) of
+//     every kind (plain path with a type or a tag filter, key-ordered,
+//     transaction-grouped) that take none of its events, against the same
+//     pool alone in the same run (the baseline column); then the
+//     transactions a second of an idle fan-out (a riverbus.Client) with
+//     301 pools, and of an idle worker process serving 301 queues, with the
+//     default FetchPollInterval and with 1s, from pg_stat_database.
+//     Targets: p50 ≤ 2× and p99 ≤ 3× alone; idle fan-out ≤ 100
+//     transactions a second.
 //   - rollback-gap: how long a rolled-back transaction holds the horizon
 //     back. Target: p99 ≤ 100 ms. No raw River equivalent.
 //   - backlog: catch-up time and peak RSS of a fan-out process (a child

@@ -88,6 +88,9 @@ type latencyOpts struct {
 	rate int
 	// loaded adds the background load (loadRate) on both sides.
 	loaded bool
+	// others adds that many pools that take none of the measured events
+	// (riverbus side; otherPools).
+	others int
 }
 
 // runLatency: single-event append transactions at rate per second with
@@ -176,6 +179,9 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 		}
 	}
 	if _, err := createPools(ctx, appendDB, 1, filter...); err != nil {
+		return latencySample{}, err
+	}
+	if _, err := otherPools(ctx, appendDB, o.others); err != nil {
 		return latencySample{}, err
 	}
 	if err := jobHistory(ctx, appendDB); err != nil {

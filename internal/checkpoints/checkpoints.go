@@ -37,23 +37,24 @@ func Advance(ctx context.Context, db database.DB, pool string) (int64, error) {
 	return seq, nil
 }
 
-// AdvanceAll advances the checkpoint of every pool and returns the
-// checkpoints by pool name. A pool deleted while it runs is left out.
+// AdvanceAll advances the checkpoint of every pool, in one statement
+// whatever the number of pools, and returns the checkpoints by pool name.
 func AdvanceAll(ctx context.Context, db database.DB) (map[string]int64, error) {
-	names, err := poolNames(ctx, db)
+	rows, err := db.Query(ctx, sqlAdvanceAll)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("advance checkpoints: %w", err)
 	}
-	out := make(map[string]int64, len(names))
-	for _, name := range names {
-		seq, err := Advance(ctx, db, name)
-		if errors.Is(err, bustype.ErrUnknownPool) {
-			continue
-		}
-		if err != nil {
-			return out, err
-		}
+	out := map[string]int64{}
+	var (
+		name string
+		seq  int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &seq}, func() error {
 		out[name] = seq
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("advance checkpoints: %w", err)
 	}
 	return out, nil
 }
@@ -112,16 +113,4 @@ func WaitFor(ctx context.Context, db database.DB, pool string, seq int64, opts *
 		}
 		timer.Reset(interval)
 	}
-}
-
-func poolNames(ctx context.Context, db database.DB) ([]string, error) {
-	rows, err := db.Query(ctx, sqlPoolNames)
-	if err != nil {
-		return nil, fmt.Errorf("list pools: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list pools: %w", err)
-	}
-	return names, nil
 }

@@ -5,3 +5,6 @@ const SQLAdvance = sqlAdvance
 
 // SQLHolder lets the tests EXPLAIN the query GetHolder runs.
 const SQLHolder = sqlHolder
+
+// SQLAdvanceAll lets the tests EXPLAIN the query AdvanceAll runs.
+const SQLAdvanceAll = sqlAdvanceAll

@@ -1,6 +1,6 @@
 package checkpoints
 
-// The CASE expression and the partial-index predicate in sqlAdvance are
+// The CASE expression and the partial-index predicate in advanceComputed are
 // textually identical to the index riverbus_job_unfinished_sequence in
 // migrations/sql/002_fanout.up.sql, so the planner answers min() with one
 // index probe. Change them together or not at all.
@@ -12,13 +12,7 @@ const (
 	// meantime, the higher value is kept. It returns the checkpoint, or no row
 	// for an unknown pool.
 	sqlAdvance = `WITH computed AS (
-	SELECT p.name, coalesce(pc.checkpoint_seq, p.start_after) AS stored,
-		coalesce((
-			SELECT min((CASE WHEN args->>'global_sequence' ~ '^[0-9]{1,18}$' THEN (args->>'global_sequence')::bigint END)) - 1
-			FROM river_job
-			WHERE kind = $1 AND state NOT IN ('cancelled', 'completed', 'discarded')
-		), p.cursor_seq) AS seq
-	FROM riverbus_pool p LEFT JOIN riverbus_pool_checkpoint pc ON pc.pool = p.name
+	SELECT ` + advanceComputed + `
 	WHERE p.name = $1
 ),
 moved AS (
@@ -31,7 +25,42 @@ moved AS (
 SELECT coalesce((SELECT checkpoint_seq FROM moved), GREATEST(c.stored, c.seq))
 FROM computed c`
 
-	sqlPoolNames = `SELECT name FROM riverbus_pool ORDER BY name`
+	// advanceComputed is, per pool (p) and from the statement's snapshot,
+	// its stored checkpoint and the one its cursor and unfinished jobs
+	// give: one probe of the index per pool.
+	advanceComputed = `p.name, coalesce(pc.checkpoint_seq, p.start_after) AS stored,
+		coalesce((
+			SELECT min((CASE WHEN args->>'global_sequence' ~ '^[0-9]{1,18}$' THEN (args->>'global_sequence')::bigint END)) - 1
+			FROM river_job
+			WHERE kind = p.name AND state NOT IN ('cancelled', 'completed', 'discarded')
+		), p.cursor_seq) AS seq
+	FROM riverbus_pool p LEFT JOIN riverbus_pool_checkpoint pc ON pc.pool = p.name`
+
+	// sqlAdvanceAll is sqlAdvance for every pool at once, in one statement
+	// whatever the number of pools: the advancer runs it every
+	// CheckpointInterval, and one statement per pool made an idle
+	// fan-out's cost grow with its pools. It writes only the checkpoints
+	// that move, in name order, and skips a pool being deleted (its row
+	// locked FOR UPDATE) rather than waiting for it and failing on the
+	// foreign key. Rows: each pool's name and checkpoint.
+	sqlAdvanceAll = `WITH computed AS MATERIALIZED (
+	SELECT ` + advanceComputed + `
+),
+lk AS (
+	SELECT c.name, c.seq FROM computed c JOIN riverbus_pool p ON p.name = c.name
+	WHERE c.seq > c.stored
+	ORDER BY c.name
+	FOR KEY SHARE OF p SKIP LOCKED
+),
+moved AS (
+	INSERT INTO riverbus_pool_checkpoint AS pc (pool, checkpoint_seq)
+	SELECT name, seq FROM lk ORDER BY name
+	ON CONFLICT (pool) DO UPDATE
+	SET checkpoint_seq = GREATEST(pc.checkpoint_seq, EXCLUDED.checkpoint_seq), updated_at = now()
+	RETURNING pc.pool, pc.checkpoint_seq
+)
+SELECT c.name, coalesce(m.checkpoint_seq, GREATEST(c.stored, c.seq))
+FROM computed c LEFT JOIN moved m ON m.pool = c.name`
 
 	sqlStatus = `SELECT h.horizon, p.cursor_seq, coalesce(pc.checkpoint_seq, p.start_after)
 FROM riverbus_pool p CROSS JOIN riverbus_horizon h LEFT JOIN riverbus_pool_checkpoint pc ON pc.pool = p.name

@@ -247,6 +247,9 @@ func (f *Fanout) batchDone(res fanout.BatchResult) {
 	if res.Jobs > 0 || res.Late > 0 {
 		f.mu.Lock()
 		f.stats.EventsFannedOut[res.Pool] += int64(res.Jobs)
+		if res.Jobs > 0 {
+			f.jobsAt[res.Pool] = time.Now()
+		}
 		f.stats.LateDelivered[res.Pool] += int64(res.Late)
 		if res.Undeliverable > 0 {
 			f.stats.Undeliverable[res.Pool] += int64(res.Undeliverable)

@@ -59,6 +59,9 @@ type Fanout struct {
 	// heads is, per plain pool, its cursor after its last plain batch
 	// that read up to the horizon (ride.go). Guarded by mu.
 	heads map[string]int64
+	// jobsAt is, per pool, when a batch of it last inserted jobs: the
+	// pools that ride first (ride.go). Guarded by mu.
+	jobsAt map[string]time.Time
 
 	services Services
 	trace    Trace
@@ -131,7 +134,7 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 	f := &Fanout{
 		db: db, cfg: c, logger: logger.With("component", "fanout"),
 		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}, Undeliverable: map[string]int64{}},
-		plain: map[string]plainKind{}, heads: map[string]int64{},
+		plain: map[string]plainKind{}, heads: map[string]int64{}, jobsAt: map[string]time.Time{},
 		tracer: newTracer(c.TracerProvider),
 	}
 	s := &f.services
@@ -172,7 +175,7 @@ func (f *Fanout) UsesPlainPath(pool string) bool {
 	return !f.noPlain && (k == plainAll || k == plainTyped)
 }
 
-// Wake asks for a horizon round and a batch of every pool now, as a
+// Wake asks for a horizon round and a batch of every pool due now, as a
 // notification does.
 func (f *Fanout) Wake() {
 	f.services.Horizon.Wake()

@@ -180,15 +180,14 @@ func (f *Fanout) fanOutPlain(ctx context.Context, name string) (res fanout.Batch
 // plainCall is one plain batch queued on a pgx.Batch (queuePlain), and what
 // it returned.
 type plainCall struct {
-	name      string
-	ran       bool // its statement returned its row
-	committed bool // and its transaction committed
-	locked    bool
-	applied   bool
-	jobs      int64
-	cursor    *int64
-	notified  int64
-	big       bool
+	name string
+	*txCall
+	locked   bool
+	applied  bool
+	jobs     int64
+	cursor   *int64
+	notified int64
+	big      bool
 	// overBudget: the byte budget cut the batch (it was full).
 	overBudget bool
 	// traceparents are those of the events fanned out, when tracing
@@ -211,13 +210,35 @@ func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind, riding bo
 		sql = sqlPlainBatchAll
 	}
 	c := &plainCall{name: name}
+	limits := ""
+	if riding {
+		limits = sqlRideLimits
+	}
+	c.txCall = queueTx(b, limits, func(row pgx.Row) error {
+		return row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big, &c.overBudget, &c.traceparents)
+	}, sql, name, f.cfg.BatchSize, kind == plainTyped, f.cfg.BatchBytes)
+	return c
+}
+
+// txCall is a statement queued on a pgx.Batch in a transaction of its own
+// (queueTx), and whether it returned its row and the transaction
+// committed.
+type txCall struct {
+	ran       bool
+	committed bool
+}
+
+// queueTx queues on b: BEGIN, the batches' settings, limits (a ride's,
+// sqlRideLimits, or ""), sql with args, whose row scan reads, and COMMIT.
+func queueTx(b *pgx.Batch, limits string, scan func(pgx.Row) error, sql string, args ...any) *txCall {
+	c := &txCall{}
 	b.Queue("BEGIN")
 	b.Queue(database.TxSettingsSQL)
-	if riding {
-		b.Queue(sqlRideLimits)
+	if limits != "" {
+		b.Queue(limits)
 	}
-	b.Queue(sql, name, f.cfg.BatchSize, kind == plainTyped, f.cfg.BatchBytes).QueryRow(func(row pgx.Row) error {
-		if err := row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big, &c.overBudget, &c.traceparents); err != nil {
+	b.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
+		if err := scan(row); err != nil {
 			return err
 		}
 		c.ran = true

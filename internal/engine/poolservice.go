@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,8 +33,8 @@ type poolDone struct {
 type PoolServiceConfig struct {
 	// Workers is how many batches may run at once (fanout.Config.Workers).
 	Workers int
-	// PollInterval is how often the active pools are listed and each gets
-	// a batch when nothing woke the service (fanout.Config.PollInterval).
+	// PollInterval is how often the pools due are listed, and each gets a
+	// batch, when nothing woke the service (fanout.Config.PollInterval).
 	PollInterval time.Duration
 	// Logger receives the failures.
 	Logger *slog.Logger
@@ -51,6 +52,11 @@ type PoolService struct {
 	moved    chan struct{} // HorizonMoved
 	ownMoved chan struct{} // roundMoved
 	analyzer *jobAnalyzer
+
+	// The latest sqlPoolsDue of a round's ride, and whether Run applied it.
+	dueMu      sync.Mutex
+	dueLast    *dueResult
+	dueApplied bool
 
 	// TestSignals lets tests wait for what Run did.
 	TestSignals PoolTestSignals
@@ -76,47 +82,67 @@ func newPoolService(f *Fanout, cfg PoolServiceConfig) *PoolService {
 	return &PoolService{f: f, cfg: cfg, wake: service.NewWake(), moved: service.NewWake(), ownMoved: service.NewWake()}
 }
 
-// Wake asks Run to list the active pools again and run a batch of each.
+// Wake asks Run to list the active pools and the pools due again, and to
+// run a batch of each pool due.
 func (s *PoolService) Wake() { service.Wake(s.wake) }
 
-// HorizonMoved asks Run for a batch of every active pool it knows of now,
-// without waiting for a list: the horizon moved (or a round found late
-// events). The pools are listed again beside the batches, and a pool new
-// to the list gets one too.
+// HorizonMoved asks Run for a batch of every active pool the move
+// concerns: the horizon moved (or a round found late events). Which pools
+// those are, sqlPoolsDue says (due.go).
 func (s *PoolService) HorizonMoved() { service.Wake(s.moved) }
 
-// roundMoved is HorizonMoved after a round of this instance, whose ride
-// (ride.go) may have fanned out some pools up to the new horizon already:
-// those are left out.
+// roundMoved is HorizonMoved after a round of this instance, whose last
+// round trip ran sqlPoolsDue after its rides (ride.go): the pools due are
+// known without a round trip of their own.
 func (s *PoolService) roundMoved() { service.Wake(s.ownMoved) }
 
-// listing says which pools a list of the active pools makes due.
+// setDue hands Run what sqlPoolsDue returned in a round's last round trip.
+func (s *PoolService) setDue(r dueResult) {
+	s.dueMu.Lock()
+	defer s.dueMu.Unlock()
+	s.dueLast, s.dueApplied = &r, false
+}
+
+// takeDue returns the latest sqlPoolsDue of a round, and whether Run
+// already applied it.
+func (s *PoolService) takeDue() (r *dueResult, applied bool) {
+	s.dueMu.Lock()
+	defer s.dueMu.Unlock()
+	r, applied = s.dueLast, s.dueApplied
+	s.dueApplied = true
+	return r, applied
+}
+
+// listing says which list of the pools due Run reads next.
 type listing uint8
 
 const (
 	listNone listing = iota
-	listNew          // the pools new to the list: the others were just made due
-	listAll          // every pool listed: a wake-up or the poll interval
+	listDue          // the pools due
+	listAll          // the pools due and every active pool: a wake-up or the poll interval
 )
 
 type listResult struct {
-	names []string
-	all   bool
-	err   error
+	due dueResult
+	all bool
+	err error
 }
 
 // Run fans out every active pool until ctx ends, each on its own: a batch
 // per pool at a time, at most fanout.Config.Workers batches at once, the
 // pools that waited longest first. A pool runs again at once while its
-// batches are full, and when woken: the horizon moved (HorizonMoved: the
-// pools known start at once, the list is read beside them), a wake-up
-// (Wake) or the poll interval (the pools are listed first). The list is
-// read in a goroutine of its own, so a batch never waits for it. A failing
-// pool backs off alone: the others go on at their own pace, and so they do
-// while one pool's batch is slow. A batch that delivered late events wakes
-// the late-event retirer. As the jobs inserted grow river_job, it is
-// analyzed now and then (jobAnalyzer). Run returns nil when ctx ends, after
-// the batches in flight.
+// batches are full, and when the horizon moved and the move concerns it
+// (sqlPoolsDue: a matching event above its cursor, late events), which a
+// round of this instance says in its last round trip, else a list of the
+// pools due read in a goroutine of its own; at a wake-up (Wake) and every
+// poll interval, the list also prunes the pools no longer active. Idle
+// pools are moved up by that statement, and Run lists again when it left
+// some below the horizon. A failing pool backs off alone: the others go on
+// at their own pace, and so they do while one pool's batch is slow. A
+// batch that delivered late events wakes the late-event retirer. As the
+// jobs inserted grow river_job, it is analyzed now and then
+// (jobAnalyzer). Run returns nil when ctx ends, after the batches in
+// flight.
 func (s *PoolService) Run(ctx context.Context) error {
 	defer s.analyzer.wait()
 	pools := map[string]*poolRun{}
@@ -125,16 +151,42 @@ func (s *PoolService) Run(ctx context.Context) error {
 	running := 0
 	want := listAll // the list wanted next
 	inList := false // a list is being read
-	var nextList time.Time
+	var nextList, nextIdle time.Time
 	listBackoff := time.Duration(0)
+	// apply makes the pools d names due; with all, d lists every active
+	// pool and the others are forgotten.
+	apply := func(d *dueResult, all bool, now time.Time) {
+		for _, n := range d.due {
+			st := pools[n]
+			if st == nil {
+				st = &poolRun{}
+				pools[n] = st
+			}
+			st.due = true
+		}
+		if all {
+			active := make(map[string]bool, len(d.active))
+			for _, n := range d.active {
+				active[n] = true
+			}
+			for n, st := range pools {
+				if !active[n] && !st.running {
+					delete(pools, n)
+				}
+			}
+		}
+		if d.lagging && (nextIdle.IsZero() || now.Add(idleCursorInterval).Before(nextIdle)) {
+			nextIdle = now.Add(idleCursorInterval)
+		}
+	}
 	for {
 		now := time.Now()
 		if want != listNone && !inList && ctx.Err() == nil {
 			all := want == listAll
-			want, inList = listNone, true
+			want, inList, nextIdle = listNone, true, time.Time{}
 			go func() {
-				names, err := s.f.activePools(ctx)
-				listed <- listResult{names: names, all: all, err: err}
+				due, err := s.f.poolsDue(ctx, all)
+				listed <- listResult{due: due, all: all, err: err}
 			}()
 		}
 		if ctx.Err() == nil && running < s.cfg.Workers {
@@ -161,6 +213,8 @@ func (s *PoolService) Run(ctx context.Context) error {
 		wake := nextList
 		if inList {
 			wake = now.Add(s.cfg.PollInterval) // the list's result wakes the loop
+		} else if !nextIdle.IsZero() && nextIdle.Before(wake) {
+			wake = nextIdle
 		}
 		for _, st := range pools {
 			if st.due && !st.running && st.retryAt.After(now) && st.retryAt.Before(wake) {
@@ -185,27 +239,18 @@ func (s *PoolService) Run(ctx context.Context) error {
 			if l.err != nil {
 				if ctx.Err() == nil {
 					listBackoff = service.NextBackoff(listBackoff)
-					s.cfg.Logger.Error("list active pools failed; retrying", "error", l.err, "retry_in", listBackoff)
+					s.cfg.Logger.Error("list the pools due failed; running every pool, and retrying", "error", l.err, "retry_in", listBackoff)
+				}
+				// Without the list, every pool known runs: a batch finds
+				// for itself whether it has anything to do.
+				for _, st := range pools {
+					st.due = true
 				}
 				nextList = now.Add(service.Jitter(listBackoff))
 				continue
 			}
 			listBackoff = 0
-			active := make(map[string]bool, len(l.names))
-			for _, n := range l.names {
-				active[n] = true
-				st := pools[n]
-				if st == nil {
-					st = &poolRun{due: true}
-					pools[n] = st
-				}
-				st.due = st.due || l.all
-			}
-			for n, st := range pools {
-				if !active[n] && !st.running {
-					delete(pools, n)
-				}
-			}
+			apply(&l.due, l.all, now)
 			if l.all {
 				nextList = now.Add(s.cfg.PollInterval)
 			}
@@ -234,22 +279,28 @@ func (s *PoolService) Run(ctx context.Context) error {
 			}
 		case <-s.moved:
 			timer.Stop()
-			for _, st := range pools {
-				st.due = true
-			}
-			want = max(want, listNew)
+			want = max(want, listDue)
 		case <-s.ownMoved:
 			timer.Stop()
-			for n, st := range pools {
-				st.due = st.due || !s.f.atHorizon(n)
+			d, applied := s.takeDue()
+			switch {
+			case d == nil || d.horizon == nil || *d.horizon < s.f.horizon():
+				// The round's own list did not run, or is older than a
+				// later round of this instance: read one.
+				want = max(want, listDue)
+			case !applied:
+				apply(d, false, time.Now())
 			}
-			want = max(want, listNew)
 		case <-s.wake:
 			timer.Stop()
 			want = listAll
 		case <-timer.C:
-			if !inList && !time.Now().Before(nextList) {
+			switch now := time.Now(); {
+			case inList:
+			case !now.Before(nextList):
 				want = listAll
+			case !nextIdle.IsZero() && !now.Before(nextIdle):
+				want = max(want, listDue)
 			}
 		}
 	}

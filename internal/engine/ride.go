@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,8 +16,9 @@ import (
 // plain path's (plain.go), run once the round has committed, so it reads
 // (H, H']. An event's jobs are then inserted in the round trip that
 // passes it, instead of one more round trip after the pools' service has
-// been woken. The pools' service does not run a pool again for a move its
-// ride covered (atHorizon); a ride that did not complete (the pool locked
+// been woken. sqlPoolsDue runs last in that round trip, so it finds the
+// pools that rode at the new horizon and the pools' service does not run
+// them again for the move; a ride that did not complete (the pool locked
 // by another instance, a full batch, an error) leaves the pool to it, as
 // if nothing had ridden.
 
@@ -46,28 +48,25 @@ const rideMaxSequences = 16
 // millisecond or two.
 const sqlRideLimits = `SELECT set_config('lock_timeout', '50ms', true), set_config('statement_timeout', '200ms', true)`
 
+// rideRecent: when more plain pools are at the old horizon than may ride,
+// those whose batches inserted jobs within this time ride, the latest
+// first; the others would mostly find nothing (hundreds of pools whose
+// filters match other events), and wait for the pools' service only if
+// sqlPoolsDue finds their events.
+const rideRecent = time.Second
+
 // ride queues on b the plain batches of the pools at from (the horizon
-// before the round) and returns what reads their results.
+// before the round), then sqlPoolsDue, and returns what reads their
+// results. The pools' service learns from the latter which pools the move
+// concerns (due.go).
 func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
-	if to-from > rideMaxSequences {
-		return nil // the pools' service takes them, beside the next round
-	}
 	start := time.Now()
-	f.mu.Lock()
 	var calls []*plainCall
-	if !f.noPlain {
-		for name, cursor := range f.heads {
-			kind := f.plain[name]
-			if cursor != from || (kind != plainAll && kind != plainTyped) || len(calls) == min(rideMaxPools, f.cfg.Workers) {
-				continue
-			}
-			calls = append(calls, f.queuePlain(b, name, kind, true))
-		}
+	if to-from <= rideMaxSequences {
+		// Else the pools' service takes them, beside the next round.
+		calls = f.queueRides(b, from)
 	}
-	f.mu.Unlock()
-	if len(calls) == 0 {
-		return nil
-	}
+	due := queueDue(b, false, sqlRideLimits)
 	return func(err error) {
 		for _, c := range calls {
 			if !c.committed {
@@ -85,16 +84,45 @@ func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
 				f.services.Pools.rode(res)
 			}
 		}
+		if due.ran && due.committed {
+			f.dueDone(due.res)
+			f.services.Pools.setDue(due.res)
+		}
 	}
 }
 
-// atHorizon reports whether pool's last plain batch read up to the latest
-// horizon this instance's rounds reached: a batch now would find nothing.
-func (f *Fanout) atHorizon(pool string) bool {
+// queueRides queues on b the plain batches of the pools at from, at most
+// rideMaxPools (and Workers) of them, and returns them.
+func (f *Fanout) queueRides(b *pgx.Batch, from int64) []*plainCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	cursor, ok := f.heads[pool]
-	return ok && cursor >= f.stats.Horizon
+	if f.noPlain {
+		return nil
+	}
+	var names []string
+	for name, cursor := range f.heads {
+		if kind := f.plain[name]; cursor == from && (kind == plainAll || kind == plainTyped) {
+			names = append(names, name)
+		}
+	}
+	if n := min(rideMaxPools, f.cfg.Workers); len(names) > n {
+		now := time.Now()
+		names = slices.DeleteFunc(names, func(name string) bool { return now.Sub(f.jobsAt[name]) > rideRecent })
+		slices.SortFunc(names, func(a, b string) int { return f.jobsAt[b].Compare(f.jobsAt[a]) })
+		names = names[:min(n, len(names))]
+	}
+	calls := make([]*plainCall, len(names))
+	for i, name := range names {
+		calls[i] = f.queuePlain(b, name, f.plain[name], true)
+	}
+	return calls
+}
+
+// horizon is the latest horizon this instance's rounds reached.
+func (f *Fanout) horizon() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats.Horizon
 }
 
 // rode reports a batch that rode on a round as the pools' service reports
