@@ -2,6 +2,7 @@ package riverbus_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -178,4 +180,31 @@ func TestStartRefusesSessionsLimitedBelowRiverbus(t *testing.T) {
 		require.NoError(t, client.Start(ctx))
 		require.NoError(t, client.Stop(ctx))
 	}
+}
+
+// TestLockWaitNamesTheHolderUnderDBATimeouts: a riverbus lock wait that runs
+// out names the holder although a DBA limits every statement of the
+// database to a millisecond: the connection that looks for the holder is a
+// riverbus session too.
+func TestLockWaitNamesTheHolderUnderDBATimeouts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := limitedDatabase(t, 0, bustype.PoolParams{Name: "orders"})
+	db := configuredPool(t, url)
+	pgtest.SetDatabaseDefaults(t, db, map[string]string{"statement_timeout": "1ms"})
+
+	holder, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	_, err = tx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE",
+		pgx.Identifier{migrations.PrivateSchema("public"), "riverbus_retention_lock"}.Sanitize()))
+	require.NoError(t, err)
+
+	client, err := riverbus.NewClient(db, nil)
+	require.NoError(t, err)
+	_, err = client.PoolReset(ctx, "orders", 0)
+	require.ErrorContains(t, err, fmt.Sprintf("held by pid %d", holder.Conn().PgConn().PID()))
 }
