@@ -208,3 +208,39 @@ func TestLockWaitNamesTheHolderUnderDBATimeouts(t *testing.T) {
 	_, err = client.PoolReset(ctx, "orders", 0)
 	require.ErrorContains(t, err, fmt.Sprintf("held by pid %d", holder.Conn().PgConn().PID()))
 }
+
+// TestStartRefusesARoleLimitedBelowRiverbus: a limit set for the role
+// (ALTER ROLE … SET) is refused as one set for the database is, and named
+// as the role's; ConfigurePool overrides it.
+func TestStartRefusesARoleLimitedBelowRiverbus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner := pgtest.NewPool(t)
+	login := pgtest.Login(t, owner, "riverbus_worker")
+	role := login.Config().ConnConfig.User
+	_, err := owner.Exec(ctx, fmt.Sprintf("ALTER ROLE %s SET statement_timeout = '30s'", pgx.Identifier{role}.Sanitize()))
+	require.NoError(t, err)
+
+	client, err := riverbus.NewClient(login, nil)
+	require.NoError(t, err)
+	err = client.Start(ctx)
+	if err == nil {
+		require.NoError(t, client.Stop(ctx))
+	}
+	var limitErr *riverbus.SessionLimitError
+	require.ErrorAs(t, err, &limitErr)
+	require.Equal(t, "statement_timeout", limitErr.Setting)
+	require.Equal(t, "30s", limitErr.Value)
+	require.Equal(t, "user", limitErr.Source)
+	require.ErrorContains(t, err, "statement_timeout = 30s (set by ALTER ROLE … SET), less than the 1m0s riverbus's statements may need")
+
+	cfg := login.Config()
+	riverbus.ConfigurePool(cfg)
+	configured, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(configured.Close)
+	client, err = riverbus.NewClient(configured, nil)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	require.NoError(t, client.Stop(ctx))
+}
