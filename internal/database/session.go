@@ -12,9 +12,9 @@ import (
 
 // A DBA may limit every session of a database or a role (ALTER DATABASE
 // … SET statement_timeout = '30ms'): a fine guard against an application's
-// runaway queries, but one that cut River's completer and fetch, the
-// fan-out's batches and its ANALYZE of river_job short, so that nothing
-// was delivered or completed for as long as it stayed. So riverbus's own
+// runaway queries, but one that cuts River's completer and fetch short (the
+// completer gave up: nothing completed while it stayed), and can cut the
+// fan-out's batches and its ANALYZE of river_job. So riverbus's own
 // sessions set the limits they need, each kind its own, after they connect:
 // a session's SET overrides ALTER DATABASE and ALTER ROLE.
 
@@ -56,9 +56,9 @@ var ServiceSession = SessionSettings{
 }
 
 // Apply sets s's limits for conn's session: three SETs in one simple-
-// protocol query, one round trip, which a transaction pooler passes through
-// (settings in the startup packet, which no statement limit could cut,
-// PgBouncer refuses). Each SET runs under the limit it replaces, and
+// protocol query, one round trip, which a pooler passes on as any query
+// (PgBouncer refuses these settings in the startup packet, where no
+// statement limit could cut them). Each SET runs under the limit it replaces, and
 // statement_timeout goes first: a DBA's limit of a millisecond or two can
 // cut even a SET on a loaded machine, so one cut short is tried again.
 func (s SessionSettings) Apply(ctx context.Context, conn *pgx.Conn) error {
