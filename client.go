@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
@@ -92,7 +93,9 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 
 // Start checks the database and the workers' pools, then runs the fan-out
 // services and the workers in the background until Stop. It returns an
-// error, and runs nothing, when the database is not migrated, when a pool
+// error, and runs nothing, when the database is not migrated, when the
+// pool's sessions are limited below what riverbus needs (a
+// *SessionLimitError: see ConfigurePool), when a pool
 // with a worker does not exist, or when a River queue the workers would
 // fetch from holds a pool without a worker (its jobs would fail as unknown
 // kinds). A database outage after Start is logged and retried, never
@@ -102,6 +105,13 @@ func (c *Client) Start(ctx context.Context) error {
 	defer c.mu.Unlock()
 	if c.started {
 		return errors.New("riverbus: client already started")
+	}
+	// River's statements run on the pool's sessions as they are: a limit
+	// below what they need starves them (every completion cut short, the
+	// completer giving up), so say so now rather than deliver nothing;
+	// first, as the next statements may be cut too.
+	if err := database.ServiceSession.Check(ctx, c.db); err != nil {
+		return fmt.Errorf("riverbus: %w", err)
 	}
 	if err := c.checkSchema(ctx); err != nil {
 		return err

@@ -21,6 +21,12 @@
 // (RetentionSet, RetentionPolicy, RetentionPlan, RetentionTrim) and a
 // status snapshot (Status). Operator methods need no Start.
 //
+// Build the pool with ConfigurePool when a DBA may limit the database's or
+// the role's sessions (ALTER DATABASE … SET statement_timeout): it gives
+// every connection riverbus's own statement, lock and idle-in-transaction
+// limits, and Start refuses a pool whose sessions are limited below them
+// (*SessionLimitError).
+//
 // # Handlers
 //
 // A handler is a River worker whose args embed workers.Args (or

@@ -26,6 +26,9 @@ import (
 // not: with riverpgxv5.New, any of them can end a client's running jobs
 // cancelled and pause its queues (README, Security model).
 //
+// Build db with ConfigurePool, so that a DBA's limits on the database's
+// sessions cannot cut River's fetches and completions short.
+//
 // Nil logger: slog.Default(). It logs, at most every few seconds, how many
 // messages it dropped. A nil db gives a driver for the caller's
 // transactions only, as riverpgxv5.New(nil) does.

@@ -151,7 +151,20 @@ func UpWithOpts(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts) (*UpResul
 func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) (*UpResult, error) {
 	lockTimeout := cmp.Or(opts.LockTimeout, LockTimeoutDefault)
 	stmtTimeout := cmp.Or(opts.StatementLockTimeout, StatementLockTimeoutDefault)
-	conn, err := pool.Acquire(ctx)
+	// Migrations run on sessions of their own, with limits of their own
+	// whatever a DBA set for the database or the role, or the caller for
+	// the pool: a migration's DDL runs as long as its table needs (no
+	// statement_timeout), the lock's transaction sits idle while the
+	// migrations run (no idle_in_transaction_session_timeout, which would
+	// end it and free the lock halfway), and every lock wait is bounded
+	// (lock_timeout) and names the holder.
+	session := database.SessionSettings{LockTimeout: stmtTimeout}
+	lockPool, err := newPool(ctx, pool, session)
+	if err != nil {
+		return nil, err
+	}
+	defer lockPool.Close()
+	conn, err := lockPool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
@@ -166,12 +179,6 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 	}
 	// Rolled back at the end: it wrote nothing, and ending it frees the lock.
 	defer lockTx.Rollback(context.Background()) //nolint:errcheck
-	// The transaction sits idle while the migrations run: a server's
-	// idle_in_transaction_session_timeout must not end it, and the lock
-	// with it, halfway.
-	if _, err := lockTx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
 	err = database.WaitLockTx(ctx, lockTx, "migrate: take the migration lock", lockTimeout, func() error {
 		_, err := lockTx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE",
 			pgx.Identifier{private, "riverbus_migrate_lock"}.Sanitize()))
@@ -182,16 +189,10 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 	}
 
 	// The migrations run on a connection of their own (the lock's
-	// transaction stays open), with every lock wait bounded.
-	cfg := pool.Config()
-	cfg.MaxConns, cfg.MinConns = 1, 0
-	if cfg.ConnConfig.RuntimeParams == nil {
-		cfg.ConnConfig.RuntimeParams = map[string]string{}
-	}
-	cfg.ConnConfig.RuntimeParams["lock_timeout"] = database.LockTimeoutSetting(stmtTimeout)
-	work, err := pgxpool.NewWithConfig(ctx, cfg)
+	// transaction stays open).
+	work, err := newPool(ctx, pool, session)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: connect: %w", err)
+		return nil, err
 	}
 	defer work.Close()
 	workConn, err := work.Acquire(ctx)
@@ -232,6 +233,19 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 		return nil, err
 	}
 	return res, nil
+}
+
+// newPool returns a pool of one connection made as pool's are, whose
+// session runs with settings (applied after pool's own AfterConnect).
+func newPool(ctx context.Context, pool *pgxpool.Pool, settings database.SessionSettings) (*pgxpool.Pool, error) {
+	cfg := pool.Config()
+	cfg.MaxConns, cfg.MinConns = 1, 0
+	cfg.AfterConnect = settings.AfterConnect(cfg.AfterConnect)
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: connect: %w", err)
+	}
+	return p, nil
 }
 
 // applyRiverbus applies the riverbus migrations not yet recorded in

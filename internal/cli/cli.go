@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/config"
 	"github.com/riverbus/riverbus/outbox"
@@ -285,7 +286,11 @@ func (a *app) connectUnmigrated(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.New(ctx, u)
+	cfg, err := poolConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("invalid database URL: %w", err)
 	}
@@ -298,13 +303,25 @@ func (a *app) connectUnmigrated(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// poolConfig parses a database URL into the configuration of a pool whose
+// sessions run with riverbus's own limits (riverbus.ConfigurePool), whatever
+// a DBA set for the database or the role.
+func poolConfig(rawURL string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("invalid database URL: %w", err)
+	}
+	riverbus.ConfigurePool(cfg)
+	return cfg, nil
+}
+
 // connectRetrying opens a pool and waits, with backoff, until the server
 // answers or ctx ends: for long-running commands, which must ride out a
 // database that is down.
 func (a *app) connectRetrying(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(rawURL)
+	cfg, err := poolConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("invalid database URL: %w", err)
+		return nil, err
 	}
 	if cfg.MaxConns < 10 {
 		cfg.MaxConns = 10

@@ -321,3 +321,21 @@ func Login(t TB, db *pgxpool.Pool, group string) *pgxpool.Pool {
 	t.Cleanup(pool.Close) // runs before the role is dropped
 	return pool
 }
+
+// SetDatabaseDefaults sets, as a DBA would with ALTER DATABASE … SET, each
+// setting of settings (name to value) for every session that connects to
+// db's database from now on; sessions already open keep theirs.
+func SetDatabaseDefaults(t TB, db *pgxpool.Pool, settings map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	for name, value := range settings {
+		// ALTER DATABASE takes no parameters: format quotes them.
+		var stmt string
+		if err := db.QueryRow(ctx, `SELECT format('ALTER DATABASE %I SET %I = %L', current_database(), $1::text, $2::text)`, name, value).Scan(&stmt); err != nil {
+			t.Fatalf("pgtest: database defaults: %v", err)
+		}
+		if _, err := db.Exec(ctx, stmt); err != nil {
+			t.Fatalf("pgtest: database defaults: %v", err)
+		}
+	}
+}
