@@ -37,6 +37,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -144,8 +145,14 @@ func main() {
 }
 
 func run(ctx context.Context, concurrency int) error {
-	var err error
-	db, err = pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	// As a deployment would: riverbus's session limits over the DBA's
+	// that chaos sets on the database.
+	poolCfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	riverbus.ConfigurePool(poolCfg)
+	db, err = pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
 	}
