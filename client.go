@@ -17,6 +17,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pooler"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/internal/riverclient"
@@ -103,6 +104,9 @@ func (c *Client) Start(ctx context.Context) error {
 	if c.started {
 		return errors.New("riverbus: client already started")
 	}
+	if err := c.checkSession(ctx); err != nil {
+		return err
+	}
 	if err := c.checkSchema(ctx); err != nil {
 		return err
 	}
@@ -142,6 +146,29 @@ func (c *Client) Start(ctx context.Context) error {
 		c.goService(func() { _ = s.Run(runCtx) })
 	}
 	return nil
+}
+
+// ErrTransactionPooler is matched (errors.Is) by the error of Start, and of
+// migrations.Up, when the pool leads through a connection pooler that hands
+// server connections to other clients between transactions (PgBouncer's
+// transaction or statement mode). The fan-out and the workers need a
+// session of their own; appends work through such a pooler.
+var ErrTransactionPooler = pooler.ErrTransactionPooler
+
+// checkSession refuses to start the fan-out or the workers through a
+// transaction pooler: their wake-ups, River's leadership and notifier and
+// the pauses sent to workers would be lost without an error.
+func (c *Client) checkSession(ctx context.Context) error {
+	var who string
+	switch {
+	case c.fanout != nil:
+		who = "riverbus: fan-out"
+	case c.cfg.Workers != nil && len(c.cfg.Workers.pools) > 0:
+		who = "riverbus: workers"
+	default:
+		return nil
+	}
+	return pooler.Check(ctx, c.db.Config().ConnConfig, who)
 }
 
 func (c *Client) goService(run func()) {

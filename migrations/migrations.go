@@ -36,6 +36,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/pooler"
 )
 
 //go:embed sql/*.up.sql
@@ -151,6 +152,12 @@ func UpWithOpts(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts) (*UpResul
 func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) (*UpResult, error) {
 	lockTimeout := cmp.Or(opts.LockTimeout, LockTimeoutDefault)
 	stmtTimeout := cmp.Or(opts.StatementLockTimeout, StatementLockTimeoutDefault)
+	// Through a transaction pooler the lock's transaction and the
+	// migrations' connection would not be the sessions they are here for,
+	// and what a failed run left would stay on a pooled server connection.
+	if err := pooler.Check(ctx, pool.Config().ConnConfig, "riverbus migrate"); err != nil {
+		return nil, err
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: connect: %w", err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/config"
+	"github.com/riverbus/riverbus/internal/pooler"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -300,8 +301,10 @@ func (a *app) connectUnmigrated(ctx context.Context) (*pgxpool.Pool, error) {
 
 // connectRetrying opens a pool and waits, with backoff, until the server
 // answers or ctx ends: for long-running commands, which must ride out a
-// database that is down.
-func (a *app) connectRetrying(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
+// database that is down. It refuses a URL through a transaction pooler
+// (pooler.Check), naming the command (who) and the fix: each of these
+// commands LISTENs or runs River's leadership and notifier.
+func (a *app) connectRetrying(ctx context.Context, rawURL, who string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("invalid database URL: %w", err)
@@ -319,6 +322,10 @@ func (a *app) connectRetrying(ctx context.Context, rawURL string) (*pgxpool.Pool
 		err := pool.Ping(pingCtx)
 		cancel()
 		if err == nil {
+			if err := pooler.Check(ctx, cfg.ConnConfig, who); err != nil {
+				pool.Close()
+				return nil, err
+			}
 			return pool, nil
 		}
 		if ctx.Err() != nil {

@@ -80,7 +80,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		}()
 		dbURL = u
 	}
-	db, err := a.connectRetrying(ctx, dbURL)
+	db, err := a.connectRetrying(ctx, dbURL, "riverbus run")
 	if err != nil {
 		closeListeners()
 		if ctx.Err() != nil {
