@@ -97,6 +97,12 @@ type UpOpts struct {
 	// that DDL waits for, whatever its grants. Zero means
 	// StatementLockTimeoutDefault.
 	StatementLockTimeout time.Duration
+	// Logger, when set, is told at warn level, as soon as a wait for a lock
+	// is seen, what the migration waits for and who holds it: a wait may
+	// last LockTimeout, minutes, and the operator should not have to
+	// guess. Nil means no log; the error of a wait that runs out names the
+	// holders either way.
+	Logger *slog.Logger
 }
 
 // LockTimeoutDefault and StatementLockTimeoutDefault are UpOpts' defaults.
@@ -179,7 +185,7 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 	if _, err := lockTx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	err = database.WaitLockTx(ctx, lockTx, "migrate: take the migration lock", lockTimeout, func() error {
+	err = database.WaitLockTxNotify(ctx, lockTx, "migrate: take the migration lock", lockTimeout, waiting(opts.Logger, "migrate: take the migration lock", lockTimeout), func() error {
 		_, err := lockTx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE",
 			pgx.Identifier{private, "riverbus_migrate_lock"}.Sanitize()))
 		return err
@@ -218,7 +224,7 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 		return nil, fmt.Errorf("migrate: river: %w", err)
 	}
 	var riverRes *rivermigrate.MigrateResult
-	err = database.WaitLock(ctx, func() *pgx.ConnConfig { return workCfg }, workPID, "migrate: river", stmtTimeout, func() error {
+	err = database.WaitLockNotify(ctx, func() *pgx.ConnConfig { return workCfg }, workPID, "migrate: river", stmtTimeout, waiting(opts.Logger, "migrate: river", stmtTimeout), func() error {
 		var err error
 		riverRes, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		return err
@@ -235,7 +241,7 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
 	defer workConn.Release()
-	if err := applyRiverbus(ctx, workConn.Conn(), all, private, stmtTimeout, res); err != nil {
+	if err := applyRiverbus(ctx, workConn.Conn(), all, private, stmtTimeout, opts.Logger, res); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -244,7 +250,7 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 // applyRiverbus applies the riverbus migrations not yet recorded in
 // riverbus_migration, each in a transaction of its own with its row, with
 // the private schema's name in the setting riverbus.private_schema.
-func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private string, stmtTimeout time.Duration, res *UpResult) error {
+func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private string, stmtTimeout time.Duration, logger *slog.Logger, res *UpResult) error {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS riverbus_migration (
 		version integer PRIMARY KEY,
 		name text NOT NULL,
@@ -272,7 +278,7 @@ func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private
 			if _, err := tx.Exec(ctx, `SELECT set_config('riverbus.private_schema', $1, true)`, private); err != nil {
 				return err
 			}
-			return database.WaitLockTx(ctx, tx, op, stmtTimeout, func() error {
+			return database.WaitLockTxNotify(ctx, tx, op, stmtTimeout, waiting(logger, op, stmtTimeout), func() error {
 				if _, err := tx.Exec(ctx, m.SQL); err != nil {
 					return err
 				}
@@ -286,6 +292,21 @@ func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private
 		res.Riverbus = append(res.Riverbus, m.Version)
 	}
 	return nil
+}
+
+// waiting returns what tells logger (nil: nothing) that op waits for a
+// lock, and for whom, giving up after bound.
+func waiting(logger *slog.Logger, op string, bound time.Duration) database.LockWaitFunc {
+	if logger == nil {
+		return nil
+	}
+	return func(lock string, holders []database.LockHolder) {
+		names := make([]string, len(holders))
+		for i, h := range holders {
+			names[i] = h.String()
+		}
+		logger.Warn(op+": waiting for a lock", "lock", cmp.Or(lock, "a lock"), "held_by", strings.Join(names, ", "), "gives_up_after", bound)
+	}
 }
 
 // ensurePrivateSchema creates the install's private schema and the table

@@ -89,7 +89,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		return err
 	}
 	defer db.Close()
-	if _, err := migrations.Up(ctx, db); err != nil {
+	if _, err := migrations.UpWithOpts(ctx, db, &migrations.UpOpts{Logger: a.logger}); err != nil {
 		closeListeners()
 		return err
 	}
