@@ -97,7 +97,10 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 // with a worker does not exist, or when a River queue the workers would
 // fetch from holds a pool without a worker (its jobs would fail as unknown
 // kinds). A database outage after Start is logged and retried, never
-// returned.
+// returned. The fan-out and the workers need a PostgreSQL session of their
+// own: through a connection pooler in transaction mode (PgBouncer's
+// pool_mode = transaction) Start returns an error matching
+// ErrTransactionPooler; give such a Client a direct or session-mode pool.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -43,6 +43,7 @@ func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if cmd, err := root.ExecuteContextC(ctx); err != nil {
+		err = pooler.Explain(err)
 		var xerr *exitError
 		if errors.As(err, &xerr) {
 			fmt.Fprintf(stderr, "riverbus: %s\n", safe(err.Error()))
