@@ -81,6 +81,8 @@ func (s *Server) StartPgBouncer(ctx context.Context, opts PgBouncerOpts) (*PgBou
 		if bin, err = FindPgBouncer(); err != nil {
 			return nil, err
 		}
+	} else if fi, err := os.Stat(bin); err != nil || fi.IsDir() {
+		return nil, fmt.Errorf("%s: %w", bin, ErrNoPgBouncer)
 	}
 	mode := opts.PoolMode
 	if mode == "" {

@@ -110,6 +110,11 @@ func Check(ctx context.Context, cfg *pgx.ConnConfig, who string) error {
 		defer conn.Close(context.Background())
 		tx, err := conn.Begin(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				// PostgreSQL starts a transaction at once; a pooler whose
+				// server connections are all in use makes the client wait.
+				return fmt.Errorf("check for a connection pooler: a new connection's BEGIN had no answer within %s, as through a pooler with no free server connection: %w", TimeoutDefault, err)
+			}
 			return statementMode(who, fmt.Errorf("check for a connection pooler: begin: %w", err))
 		}
 		// Left open until the connection closes: it holds its server
