@@ -18,6 +18,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/pooler"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/internal/riverclient"
@@ -99,17 +100,25 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 // with a worker does not exist, or when a River queue the workers would
 // fetch from holds a pool without a worker (its jobs would fail as unknown
 // kinds). A database outage after Start is logged and retried, never
-// returned.
+// returned. The fan-out and the workers need a PostgreSQL session of their
+// own: through a connection pooler in transaction mode (PgBouncer's
+// pool_mode = transaction) Start returns an error matching
+// ErrTransactionPooler; give such a Client a direct or session-mode pool.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.started {
 		return errors.New("riverbus: client already started")
 	}
+	// A transaction pooler first: through one, the checks below would read
+	// another client's session.
+	if err := c.checkSession(ctx); err != nil {
+		return err
+	}
 	// River's statements run on the pool's sessions as they are: a limit
 	// below what they need starves them (every completion cut short, the
 	// completer giving up), so say so now rather than deliver nothing;
-	// first, as the next statements may be cut too.
+	// before the schema check, whose statements may be cut too.
 	if err := database.ServiceSession.Check(ctx, c.db); err != nil {
 		return fmt.Errorf("riverbus: %w", err)
 	}
@@ -152,6 +161,29 @@ func (c *Client) Start(ctx context.Context) error {
 		c.goService(func() { _ = s.Run(runCtx) })
 	}
 	return nil
+}
+
+// ErrTransactionPooler is matched (errors.Is) by the error of Start, and of
+// migrations.Up, when the pool leads through a connection pooler that hands
+// server connections to other clients between transactions (PgBouncer's
+// transaction or statement mode). The fan-out and the workers need a
+// session of their own; appends work through such a pooler.
+var ErrTransactionPooler = pooler.ErrTransactionPooler
+
+// checkSession refuses to start the fan-out or the workers through a
+// transaction pooler: their wake-ups, River's leadership and notifier and
+// the pauses sent to workers would be lost without an error.
+func (c *Client) checkSession(ctx context.Context) error {
+	var who string
+	switch {
+	case c.fanout != nil:
+		who = "riverbus: fan-out"
+	case c.cfg.Workers != nil && len(c.cfg.Workers.pools) > 0:
+		who = "riverbus: workers"
+	default:
+		return nil
+	}
+	return pooler.Check(ctx, c.db.Config().ConnConfig, who)
 }
 
 func (c *Client) goService(run func()) {

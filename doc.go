@@ -27,6 +27,17 @@
 // limits, and Start refuses a pool whose sessions are limited below them
 // (*SessionLimitError).
 //
+// # Behind a connection pooler
+//
+// Appends (package outbox) and operator methods work through a pooler in
+// transaction mode such as PgBouncer, with default_query_exec_mode=exec in
+// the pool's URL (pgx's cached prepared statements do not survive one
+// before PgBouncer 1.21's max_prepared_statements). A Client that runs the
+// fan-out or workers needs a session of its own (LISTEN, River's leader
+// election and notifier): its Start, and migrations.Up, refuse such a pool
+// with an error matching ErrTransactionPooler. Give them a direct or
+// session-mode pool.
+//
 // # Handlers
 //
 // A handler is a River worker whose args embed workers.Args (or

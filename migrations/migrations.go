@@ -36,6 +36,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/pooler"
 )
 
 //go:embed sql/*.up.sql
@@ -96,6 +97,12 @@ type UpOpts struct {
 	// that DDL waits for, whatever its grants. Zero means
 	// StatementLockTimeoutDefault.
 	StatementLockTimeout time.Duration
+	// Logger, when set, is told at warn level, as soon as a wait for a lock
+	// is seen, what the migration waits for and who holds it: a wait may
+	// last LockTimeout, minutes, and the operator should not have to
+	// guess. Nil means no log; the error of a wait that runs out names the
+	// holders either way.
+	Logger *slog.Logger
 }
 
 // LockTimeoutDefault and StatementLockTimeoutDefault are UpOpts' defaults.
@@ -151,6 +158,12 @@ func UpWithOpts(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts) (*UpResul
 func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) (*UpResult, error) {
 	lockTimeout := cmp.Or(opts.LockTimeout, LockTimeoutDefault)
 	stmtTimeout := cmp.Or(opts.StatementLockTimeout, StatementLockTimeoutDefault)
+	// Through a transaction pooler the lock's transaction and the
+	// migrations' connection would not be the sessions they are here for,
+	// and what a failed run left would stay on a pooled server connection.
+	if err := pooler.Check(ctx, pool.Config().ConnConfig, "riverbus migrate"); err != nil {
+		return nil, err
+	}
 	// Migrations run on sessions of their own, with limits of their own
 	// whatever a DBA set for the database or the role, or the caller for
 	// the pool: a migration's DDL runs as long as its table needs (no
@@ -179,7 +192,7 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 	}
 	// Rolled back at the end: it wrote nothing, and ending it frees the lock.
 	defer lockTx.Rollback(context.Background()) //nolint:errcheck
-	err = database.WaitLockTx(ctx, lockTx, "migrate: take the migration lock", lockTimeout, func() error {
+	err = database.WaitLockTxNotify(ctx, lockTx, "migrate: take the migration lock", lockTimeout, waiting(opts.Logger, "migrate: take the migration lock", lockTimeout), func() error {
 		_, err := lockTx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE",
 			pgx.Identifier{private, "riverbus_migrate_lock"}.Sanitize()))
 		return err
@@ -212,7 +225,7 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 		return nil, fmt.Errorf("migrate: river: %w", err)
 	}
 	var riverRes *rivermigrate.MigrateResult
-	err = database.WaitLock(ctx, func() *pgx.ConnConfig { return workCfg }, workPID, "migrate: river", stmtTimeout, func() error {
+	err = database.WaitLockNotify(ctx, func() *pgx.ConnConfig { return workCfg }, workPID, "migrate: river", stmtTimeout, waiting(opts.Logger, "migrate: river", stmtTimeout), func() error {
 		var err error
 		riverRes, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		return err
@@ -229,7 +242,7 @@ func up(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts, all []Migration) 
 		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
 	defer workConn.Release()
-	if err := applyRiverbus(ctx, workConn.Conn(), all, private, stmtTimeout, res); err != nil {
+	if err := applyRiverbus(ctx, workConn.Conn(), all, private, stmtTimeout, opts.Logger, res); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -251,7 +264,7 @@ func newPool(ctx context.Context, pool *pgxpool.Pool, settings database.SessionS
 // applyRiverbus applies the riverbus migrations not yet recorded in
 // riverbus_migration, each in a transaction of its own with its row, with
 // the private schema's name in the setting riverbus.private_schema.
-func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private string, stmtTimeout time.Duration, res *UpResult) error {
+func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private string, stmtTimeout time.Duration, logger *slog.Logger, res *UpResult) error {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS riverbus_migration (
 		version integer PRIMARY KEY,
 		name text NOT NULL,
@@ -279,7 +292,7 @@ func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private
 			if _, err := tx.Exec(ctx, `SELECT set_config('riverbus.private_schema', $1, true)`, private); err != nil {
 				return err
 			}
-			return database.WaitLockTx(ctx, tx, op, stmtTimeout, func() error {
+			return database.WaitLockTxNotify(ctx, tx, op, stmtTimeout, waiting(logger, op, stmtTimeout), func() error {
 				if _, err := tx.Exec(ctx, m.SQL); err != nil {
 					return err
 				}
@@ -293,6 +306,21 @@ func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private
 		res.Riverbus = append(res.Riverbus, m.Version)
 	}
 	return nil
+}
+
+// waiting returns what tells logger (nil: nothing) that op waits for a
+// lock, and for whom, giving up after bound.
+func waiting(logger *slog.Logger, op string, bound time.Duration) database.LockWaitFunc {
+	if logger == nil {
+		return nil
+	}
+	return func(lock string, holders []database.LockHolder) {
+		names := make([]string, len(holders))
+		for i, h := range holders {
+			names[i] = h.String()
+		}
+		logger.Warn(op+": waiting for a lock", "lock", cmp.Or(lock, "a lock"), "held_by", strings.Join(names, ", "), "gives_up_after", bound)
+	}
 }
 
 // ensurePrivateSchema creates the install's private schema and the table

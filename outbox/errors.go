@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riverbus/riverbus/internal/pooler"
 )
 
 var (
@@ -123,6 +125,8 @@ func translateError(err error) error {
 		return err
 	}
 	switch pgErr.Code {
+	case pgerrcode.DuplicatePreparedStatement, pgerrcode.InvalidSQLStatementName:
+		return pooler.Explain(err)
 	case pgerrcode.CheckViolation:
 		field, ok := checkFields[pgErr.ConstraintName]
 		if !ok {

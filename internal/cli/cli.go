@@ -23,6 +23,7 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/config"
+	"github.com/riverbus/riverbus/internal/pooler"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -43,6 +44,7 @@ func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if cmd, err := root.ExecuteContextC(ctx); err != nil {
+		err = pooler.Explain(err)
 		var xerr *exitError
 		if errors.As(err, &xerr) {
 			fmt.Fprintf(stderr, "riverbus: %s\n", safe(err.Error()))
@@ -317,8 +319,10 @@ func poolConfig(rawURL string) (*pgxpool.Config, error) {
 
 // connectRetrying opens a pool and waits, with backoff, until the server
 // answers or ctx ends: for long-running commands, which must ride out a
-// database that is down.
-func (a *app) connectRetrying(ctx context.Context, rawURL string) (*pgxpool.Pool, error) {
+// database that is down. It refuses a URL through a transaction pooler
+// (pooler.Check), naming the command (who) and the fix: each of these
+// commands LISTENs or runs River's leadership and notifier.
+func (a *app) connectRetrying(ctx context.Context, rawURL, who string) (*pgxpool.Pool, error) {
 	cfg, err := poolConfig(rawURL)
 	if err != nil {
 		return nil, err
@@ -336,6 +340,10 @@ func (a *app) connectRetrying(ctx context.Context, rawURL string) (*pgxpool.Pool
 		err := pool.Ping(pingCtx)
 		cancel()
 		if err == nil {
+			if err := pooler.Check(ctx, cfg.ConnConfig, who); err != nil {
+				pool.Close()
+				return nil, err
+			}
 			return pool, nil
 		}
 		if ctx.Err() != nil {

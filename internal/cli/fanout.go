@@ -28,7 +28,7 @@ A database outage is logged and retried with backoff.`,
 			if err != nil {
 				return err
 			}
-			db, err := a.connectRetrying(cmd.Context(), u)
+			db, err := a.connectRetrying(cmd.Context(), u, "riverbus fanout")
 			if err != nil {
 				if cmd.Context().Err() != nil {
 					return nil

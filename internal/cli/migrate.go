@@ -23,7 +23,7 @@ nothing. A lock wait that runs out fails naming the session that held it.`,
 				return err
 			}
 			defer db.Close()
-			res, err := migrations.Up(cmd.Context(), db)
+			res, err := migrations.UpWithOpts(cmd.Context(), db, &migrations.UpOpts{Logger: a.logger})
 			if err != nil {
 				return err
 			}

@@ -80,7 +80,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		}()
 		dbURL = u
 	}
-	db, err := a.connectRetrying(ctx, dbURL)
+	db, err := a.connectRetrying(ctx, dbURL, "riverbus run")
 	if err != nil {
 		closeListeners()
 		if ctx.Err() != nil {
@@ -89,7 +89,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		return err
 	}
 	defer db.Close()
-	if _, err := migrations.Up(ctx, db); err != nil {
+	if _, err := migrations.UpWithOpts(ctx, db, &migrations.UpOpts{Logger: a.logger}); err != nil {
 		closeListeners()
 		return err
 	}

@@ -117,7 +117,7 @@ basic auth; binding anything but a loopback address without them is refused.`,
 			if err != nil {
 				return err
 			}
-			db, err := a.connectRetrying(ctx, u)
+			db, err := a.connectRetrying(ctx, u, "riverbus ui")
 			if err != nil {
 				uiLn.Close()
 				if metricsLn != nil {

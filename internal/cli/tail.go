@@ -47,7 +47,7 @@ pool's filter lets through.`,
 			if err != nil {
 				return err
 			}
-			db, err := a.connectRetrying(ctx, u)
+			db, err := a.connectRetrying(ctx, u, "riverbus tail")
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil

@@ -72,7 +72,7 @@ its password and query values masked.`,
 			if err != nil {
 				return err
 			}
-			db, err := a.connectRetrying(ctx, u)
+			db, err := a.connectRetrying(ctx, u, "riverbus work")
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil

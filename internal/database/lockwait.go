@@ -134,10 +134,18 @@ ORDER BY b.pid`
 // lockWatch looks, through a connection of its own, at who blocks a
 // waiting backend, and keeps what it saw last.
 type lockWatch struct {
-	mu      sync.Mutex
-	what    string
-	holders []LockHolder
+	mu       sync.Mutex
+	what     string
+	holders  []LockHolder
+	notify   LockWaitFunc
+	notified bool
 }
+
+// LockWaitFunc is told, once per wait, what a statement waits for and who
+// holds it, as soon as the watch has seen them: a wait with a long bound
+// (a migration's, minutes) says what it waits for from its first second,
+// not only when it gives up.
+type LockWaitFunc func(lock string, holders []LockHolder)
 
 func (w *lockWatch) look(ctx context.Context, conn *pgx.Conn, pid uint32) error {
 	rows, err := conn.Query(ctx, sqlLockWaiters, pid)
@@ -151,7 +159,12 @@ func (w *lockWatch) look(ctx context.Context, conn *pgx.Conn, pid uint32) error 
 	}
 	w.mu.Lock()
 	w.what, w.holders = what, holders
+	notify := w.notify != nil && !w.notified
+	w.notified = w.notified || notify
 	w.mu.Unlock()
+	if notify {
+		w.notify(what, holders)
+	}
 	return nil
 }
 
@@ -216,8 +229,14 @@ func (w *lockWatch) watch(ctx context.Context, config func() *pgx.ConnConfig, pi
 // wait runs out (SQLSTATE 55P03) WaitLock returns a *LockWaitError that
 // names them. Any other error is returned as it is.
 func WaitLock(ctx context.Context, config func() *pgx.ConnConfig, pid uint32, op string, timeout time.Duration, fn func() error) error {
+	return WaitLockNotify(ctx, config, pid, op, timeout, nil, fn)
+}
+
+// WaitLockNotify is WaitLock that also calls notify (when not nil) once,
+// while the wait lasts, with what is waited for and who holds it.
+func WaitLockNotify(ctx context.Context, config func() *pgx.ConnConfig, pid uint32, op string, timeout time.Duration, notify LockWaitFunc, fn func() error) error {
 	watchCtx, stop := context.WithCancel(ctx)
-	w := &lockWatch{}
+	w := &lockWatch{notify: notify}
 	var done sync.WaitGroup
 	done.Add(1)
 	go func() {
@@ -245,11 +264,16 @@ func WaitLock(ctx context.Context, config func() *pgx.ConnConfig, pid uint32, op
 // them as WaitLock does, and puts the transaction's lock_timeout back when
 // they succeed.
 func WaitLockTx(ctx context.Context, tx pgx.Tx, op string, timeout time.Duration, fn func() error) error {
+	return WaitLockTxNotify(ctx, tx, op, timeout, nil, fn)
+}
+
+// WaitLockTxNotify is WaitLockTx with WaitLockNotify's notify.
+func WaitLockTxNotify(ctx context.Context, tx pgx.Tx, op string, timeout time.Duration, notify LockWaitFunc, fn func() error) error {
 	if _, err := tx.Exec(ctx, SQLLockTimeoutSet, LockTimeoutSetting(timeout)); err != nil {
 		return fmt.Errorf("%s: set lock_timeout: %w", op, err)
 	}
 	conn := tx.Conn()
-	if err := WaitLock(ctx, conn.Config, conn.PgConn().PID(), op, timeout, fn); err != nil {
+	if err := WaitLockNotify(ctx, conn.Config, conn.PgConn().PID(), op, timeout, notify, fn); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, SQLLockTimeoutRestore); err != nil {

@@ -76,3 +76,11 @@ func TestHasLibrary(t *testing.T) {
 	require.True(t, pgserver.HasLibrary("plpgsql"))
 	require.False(t, pgserver.HasLibrary("riverbus_no_such_module"))
 }
+
+// A missing pgbouncer says how to install it (the pooler tests fail with
+// this message rather than skip).
+func TestStartPgBouncerWithoutTheBinary(t *testing.T) {
+	_, err := (&pgserver.Server{}).StartPgBouncer(context.Background(), pgserver.PgBouncerOpts{Binary: "/nonexistent/pgbouncer"})
+	require.ErrorIs(t, err, pgserver.ErrNoPgBouncer)
+	require.ErrorContains(t, err, "apt-get install -y pgbouncer")
+}

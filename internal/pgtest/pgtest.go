@@ -339,3 +339,35 @@ func SetDatabaseDefaults(t TB, db *pgxpool.Pool, settings map[string]string) {
 		}
 	}
 }
+
+// PgBouncer starts a real PgBouncer in pool mode mode in front of the test
+// server, stopped when the test ends; its Through turns a URL NewDatabase
+// returned into one through it. A missing pgbouncer binary fails the test
+// (it is installed like PostgreSQL: `apt-get install -y pgbouncer`), so a
+// machine without it cannot pass these tests by skipping them.
+func PgBouncer(t TB, mode pgserver.PoolMode) *pgserver.PgBouncer {
+	t.Helper()
+	if server == nil {
+		t.Fatalf("pgtest: PgBouncer needs the throwaway test server; unset %s", EnvURL)
+	}
+	b, err := server.StartPgBouncer(context.Background(), pgserver.PgBouncerOpts{PoolMode: mode})
+	if err != nil {
+		t.Fatalf("pgtest: start pgbouncer: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Stop() })
+	return b
+}
+
+// Through returns url (from NewDatabase) through b, with the query
+// parameters params added (such as "default_query_exec_mode=exec").
+func Through(t TB, b *pgserver.PgBouncer, url string, params ...string) string {
+	t.Helper()
+	u, err := b.Through(url)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	for _, p := range params {
+		u += "&" + p
+	}
+	return u
+}
