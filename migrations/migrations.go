@@ -28,6 +28,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -128,7 +129,10 @@ const SchemaCheckVersion = 22
 
 // Newest returns the newest riverbus migration version this build embeds:
 // the "code version" that a schema's needs are compared with.
-func Newest() int {
+func Newest() int { return newest() }
+
+// newest is Newest, read once: every round and batch passes it.
+var newest = sync.OnceValue(func() int {
 	all, err := All()
 	if err != nil || len(all) == 0 {
 		// The embedded files are checked by this package's tests; a
@@ -136,7 +140,7 @@ func Newest() int {
 		return 0
 	}
 	return all[len(all)-1].Version
-}
+})
 
 // UpOpts are the optional settings of UpWithOpts.
 type UpOpts struct {

@@ -321,3 +321,19 @@ func Login(t TB, db *pgxpool.Pool, group string) *pgxpool.Pool {
 	t.Cleanup(pool.Close) // runs before the role is dropped
 	return pool
 }
+
+// MigrateNewer plays a newer build's migrate on db: it applies, through
+// migrations.Up, one migration numbered above this build's newest, which
+// this build may not run against (a rolling upgrade). It returns that
+// version.
+func MigrateNewer(t TB, db *pgxpool.Pool) int {
+	t.Helper()
+	v := migrations.Newest() + 1
+	_, err := migrations.UpWithOpts(context.Background(), db, &migrations.UpOpts{Newer: []migrations.Migration{
+		{Version: v, Name: "newer_test", SQL: `CREATE TABLE riverbus_newer_test ()`},
+	}})
+	if err != nil {
+		t.Fatalf("migrate to a newer schema: %v", err)
+	}
+	return v
+}
