@@ -23,12 +23,18 @@ import (
 	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/service"
+	"github.com/riverbus/riverbus/internal/upgrade"
 	"github.com/riverbus/riverbus/migrations"
 )
 
 // ErrNotMigrated is returned by Start when the database lacks the riverbus
 // schema, or has an older version of it than this build needs.
 var ErrNotMigrated = errors.New("riverbus: the database is not migrated")
+
+// SchemaTooNewError is returned by Start, and by Err once a started Client
+// stopped on its own, when the schema needs newer code than this build: a
+// newer build migrated the database (README "Upgrading riverbus").
+type SchemaTooNewError = migrations.SchemaTooNewError
 
 // Client runs riverbus in a process (Start, Stop) and is the operator API
 // over its database. It is safe for concurrent use.
@@ -51,6 +57,15 @@ type Client struct {
 	// The retention service; nil with FanoutDisabled or
 	// Retention.Interval -1.
 	retainer *retention.Service
+	// gate stops every part of the Client when the schema needs newer
+	// code: the fan-out's rounds and batches and retention's find out in
+	// their transactions, watcher for the workers.
+	gate    *upgrade.Gate
+	watcher *upgrade.Watcher
+	// haltCancel ends the stop the gate began (halt), so that Stop's own
+	// deadline applies. Guarded by haltMu, not mu, which that stop holds.
+	haltMu     sync.Mutex
+	haltCancel context.CancelFunc
 }
 
 // NewClient validates cfg and returns a Client over db. It does not touch
@@ -64,9 +79,10 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 		return nil, fmt.Errorf("riverbus: %w", err)
 	}
 	// Build the parts now, so a bad field is reported before Start.
-	client := &Client{db: db, cfg: c, logger: c.Logger}
+	client := &Client{db: db, cfg: c, logger: c.Logger, gate: upgrade.NewGate(c.schemaCode)}
+	client.watcher = &upgrade.Watcher{DB: db, Gate: client.gate, Logger: c.Logger}
 	if !c.FanoutDisabled {
-		if client.fanout, err = engine.New(db, &c.Fanout); err != nil {
+		if client.fanout, err = engine.NewWithGate(db, &c.Fanout, client.gate); err != nil {
 			return nil, fmt.Errorf("riverbus: Fanout: %w", err)
 		}
 		client.advancer, err = engine.NewCheckpointAdvancer(db, &engine.CheckpointAdvancerConfig{
@@ -77,7 +93,7 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 		}
 		if c.Retention.Interval != -1 {
 			client.retainer, err = retention.NewService(db, &retention.ServiceConfig{
-				Interval: c.Retention.Interval, BatchSize: c.Retention.BatchSize, Logger: c.Logger,
+				Interval: c.Retention.Interval, BatchSize: c.Retention.BatchSize, Logger: c.Logger, Gate: client.gate,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("riverbus: %w", err)
@@ -94,9 +110,10 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 
 // Start checks the database and the workers' pools, then runs the fan-out
 // services and the workers in the background until Stop. It returns an
-// error, and runs nothing, when the database is not migrated, when the
-// pool's sessions are limited below what riverbus needs (a
-// *SessionLimitError: see ConfigurePool), when a pool
+// error, and runs nothing, when the database is not migrated
+// (ErrNotMigrated), when its schema needs newer code (*SchemaTooNewError:
+// a newer build migrated it), when the pool's sessions are limited below
+// what riverbus needs (a *SessionLimitError: see ConfigurePool), when a pool
 // with a worker does not exist, or when a River queue the workers would
 // fetch from holds a pool without a worker (its jobs would fail as unknown
 // kinds). A database outage after Start is logged and retried, never
@@ -104,6 +121,12 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 // own: through a connection pooler in transaction mode (PgBouncer's
 // pool_mode = transaction) Start returns an error matching
 // ErrTransactionPooler; give such a Client a direct or session-mode pool.
+//
+// When a migration that needs newer code is applied while it runs, the
+// Client stops on its own: the fan-out's rounds and batches and retention
+// refuse from that migration's commit on, the workers stop fetching within
+// about a second (their running jobs finish), Stopped's channel closes and
+// Err says which versions.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,9 +174,15 @@ func (c *Client) Start(ctx context.Context) error {
 			return fmt.Errorf("riverbus: start workers: %w", err)
 		}
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	runCtx, cancel := c.gate.Context(context.WithoutCancel(ctx))
 	c.cancel, c.river, c.started = cancel, rc, true
 	c.stopped = make(chan struct{})
+	haltCtx, haltCancel := context.WithCancel(context.Background())
+	c.haltMu.Lock()
+	c.haltCancel = haltCancel
+	c.haltMu.Unlock()
+	go c.haltOnGate(haltCtx, c.stopped)
+	services = append(services, c.watcher)
 	// The fan-out's services (horizon, pools, lane sweeper, late-event
 	// retirer, the listener that wakes them), the checkpoint advancer and
 	// the retention service, each in a goroutine of its own until Stop.
@@ -199,6 +228,11 @@ func (c *Client) goService(run func()) {
 // StopAndCancel) and Stop returns ctx's error. Stop on a client that is not
 // started returns nil.
 func (c *Client) Stop(ctx context.Context) error {
+	c.haltMu.Lock()
+	if c.haltCancel != nil {
+		c.haltCancel()
+	}
+	c.haltMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.started {
@@ -219,8 +253,32 @@ func (c *Client) Stop(ctx context.Context) error {
 	return err
 }
 
+// haltOnGate stops the Client when its gate stops (the schema needs newer
+// code), unless it stopped first (stopped closed): the services have
+// already ended, River stops fetching and lets the running jobs finish,
+// until a call of Stop ends that wait.
+func (c *Client) haltOnGate(ctx context.Context, stopped <-chan struct{}) {
+	select {
+	case <-stopped:
+		return
+	case <-c.gate.Stopped():
+	}
+	args := []any{"error", c.gate.Err()}
+	if e := migrations.AsSchemaTooNew(c.gate.Err()); e != nil {
+		args = append(args, "schema_version", e.Schema, "schema_needs", e.Needs, "code_version", e.Code)
+	}
+	c.logger.Error("riverbus stopped delivering: the schema needs newer code; replace this process with a newer build", args...)
+	_ = c.Stop(ctx)
+}
+
+// Err returns why the Client stopped on its own: a *SchemaTooNewError
+// once the schema needs newer code than this build (a newer build
+// migrated the database while it ran), or nil.
+func (c *Client) Err() error { return c.gate.Err() }
+
 // Stopped returns a channel closed when the client is not running: at once
-// before Start, and when Stop finishes.
+// before Start, and when Stop finishes, or when the Client stopped on its
+// own (Err).
 func (c *Client) Stopped() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -238,16 +296,12 @@ func (c *Client) River() *river.Client[pgx.Tx] {
 }
 
 func (c *Client) checkSchema(ctx context.Context) error {
-	have, err := migrations.Version(ctx, c.db)
-	if err != nil {
-		return fmt.Errorf("riverbus: read the schema version: %w", err)
-	}
-	all, err := migrations.All()
-	if err != nil {
-		return err
-	}
-	if want := all[len(all)-1].Version; have < want {
-		return fmt.Errorf("%w: schema version %d, this build needs %d: run migrations.Up", ErrNotMigrated, have, want)
+	err := migrations.Check(ctx, c.db, c.gate.Code())
+	switch {
+	case errors.Is(err, migrations.ErrOlderSchema):
+		return fmt.Errorf("%w: %w: run migrations.Up", ErrNotMigrated, err)
+	case err != nil:
+		return fmt.Errorf("riverbus: %w", err)
 	}
 	return nil
 }

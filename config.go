@@ -46,6 +46,11 @@ type Config struct {
 	// Logger receives the Client's logs. Nil: slog.Default(). River's own
 	// logs go to Work.Logger.
 	Logger *slog.Logger
+
+	// schemaCode is the schema version the Client's code knows; zero
+	// means this build's (migrations.Newest). Tests play a newer build
+	// with it.
+	schemaCode int
 }
 
 // RetentionIntervalDefault is how often a Client applies the event

@@ -25,3 +25,10 @@ func (c *Client) InitRetentionTestSignals(t *testing.T) *retention.Service {
 	c.retainer.TestSignals.Init(t)
 	return c.retainer
 }
+
+// WithSchemaCode returns a copy of cfg whose Client's code knows schema
+// version code: a test plays a newer build with it.
+func WithSchemaCode(cfg Config, code int) *Config {
+	cfg.schemaCode = code
+	return &cfg
+}

@@ -24,9 +24,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -47,7 +49,19 @@ type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+	// OldestCode is the oldest code version (the newest migration a build
+	// embeds) that may still run against a schema with this migration, read
+	// from a line "-- riverbus:oldest-code NNN" of its SQL. Zero means the
+	// migration's own version: no older code may (processes of older code
+	// stop delivering when it is applied).
+	OldestCode int
 }
+
+// needs is the oldest code version that may run against m.
+func (m Migration) needs() int { return cmp.Or(m.OldestCode, m.Version) }
+
+// oldestCodeLine declares a migration compatible with older code.
+var oldestCodeLine = regexp.MustCompile(`(?m)^--\s*riverbus:oldest-code\s+(\d+)\s*$`)
 
 // UpResult says what Up applied.
 type UpResult struct {
@@ -75,7 +89,11 @@ func All() ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, Migration{Version: version, Name: name, SQL: string(sql)})
+		m := Migration{Version: version, Name: name, SQL: string(sql)}
+		if m.OldestCode, err = oldestCode(m); err != nil {
+			return nil, fmt.Errorf("migration file %q: %w", path, err)
+		}
+		all = append(all, m)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Version < all[j].Version })
 	for i := range all {
@@ -85,6 +103,45 @@ func All() ([]Migration, error) {
 	}
 	return all, nil
 }
+
+// oldestCode reads m's "-- riverbus:oldest-code NNN" line (0 without one).
+// Only code from SchemaCheckVersion on checks the schema while it runs, so
+// a migration cannot declare older code compatible.
+func oldestCode(m Migration) (int, error) {
+	found := oldestCodeLine.FindAllStringSubmatch(m.SQL, -1)
+	switch {
+	case len(found) == 0:
+		return 0, nil
+	case len(found) > 1:
+		return 0, errors.New("more than one riverbus:oldest-code line")
+	}
+	v, err := strconv.Atoi(found[0][1])
+	if err != nil || v < SchemaCheckVersion || v >= m.Version {
+		return 0, fmt.Errorf("riverbus:oldest-code %s must be at least %d (the first code that checks the schema) and below the migration's version %d",
+			found[0][1], SchemaCheckVersion, m.Version)
+	}
+	return v, nil
+}
+
+// SchemaCheckVersion is the migration that brought the schema check
+// (riverbus_schema_check): code from this version on stops delivering when
+// the schema needs newer code, and migrate hands over to it (Up).
+const SchemaCheckVersion = 22
+
+// Newest returns the newest riverbus migration version this build embeds:
+// the "code version" that a schema's needs are compared with.
+func Newest() int { return newest() }
+
+// newest is Newest, read once: every round and batch passes it.
+var newest = sync.OnceValue(func() int {
+	all, err := All()
+	if err != nil || len(all) == 0 {
+		// The embedded files are checked by this package's tests; a
+		// build whose files do not parse knows no schema at all.
+		return 0
+	}
+	return all[len(all)-1].Version
+})
 
 // UpOpts are the optional settings of UpWithOpts.
 type UpOpts struct {
@@ -103,6 +160,11 @@ type UpOpts struct {
 	// guess. Nil means no log; the error of a wait that runs out names the
 	// holders either way.
 	Logger *slog.Logger
+
+	// Newer are migrations applied after the embedded ones, as if this
+	// build had them: a test plays a newer build's migrate with them (a
+	// rolling upgrade). Each must be numbered above every embedded one.
+	Newer []Migration
 }
 
 // LockTimeoutDefault and StatementLockTimeoutDefault are UpOpts' defaults.
@@ -150,6 +212,12 @@ func UpWithOpts(ctx context.Context, pool *pgxpool.Pool, opts *UpOpts) (*UpResul
 	all, err := All()
 	if err != nil {
 		return nil, err
+	}
+	for _, m := range opts.Newer {
+		if last := all[len(all)-1].Version; m.Version <= last {
+			return nil, fmt.Errorf("migrate: UpOpts.Newer: migration %d is not above %d, the newest of this build", m.Version, last)
+		}
+		all = append(all, m)
 	}
 	return up(ctx, pool, opts, all)
 }
@@ -293,7 +361,14 @@ func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private
 				return err
 			}
 			return database.WaitLockTxNotify(ctx, tx, op, stmtTimeout, waiting(logger, op, stmtTimeout), func() error {
+				if err := handOver(ctx, tx, m, private); err != nil {
+					return err
+				}
 				if _, err := tx.Exec(ctx, m.SQL); err != nil {
+					return err
+				}
+				if m.OldestCode != 0 {
+					_, err := tx.Exec(ctx, "INSERT INTO riverbus_migration (version, name, oldest_code) VALUES ($1, $2, $3)", m.Version, m.Name, m.OldestCode)
 					return err
 				}
 				_, err := tx.Exec(ctx, "INSERT INTO riverbus_migration (version, name) VALUES ($1, $2)", m.Version, m.Name)
@@ -322,6 +397,38 @@ func waiting(logger *slog.Logger, op string, bound time.Duration) database.LockW
 		logger.Warn(op+": waiting for a lock", "lock", cmp.Or(lock, "a lock"), "held_by", strings.Join(names, ", "), "gives_up_after", bound)
 	}
 }
+
+// handOver makes migration m, about to run in tx, wait for the processes
+// whose code it leaves behind. When m needs newer code than the schema
+// did, it takes riverbus_schema_lock in ACCESS EXCLUSIVE mode, which every
+// delivering transaction takes in ACCESS SHARE mode in its first statement
+// (riverbus_schema_check, migration 022): the migration waits for every
+// transaction that passed the check under the old needs, and each check
+// that follows waits for its commit and then finds m's row, so old code
+// stops delivering at the commit, and no transaction of it is still in
+// flight then. A migration old code may still run against needs no wait.
+func handOver(ctx context.Context, tx pgx.Tx, m Migration, private string) error {
+	if m.Version <= SchemaCheckVersion {
+		return nil // code before the check stops only by being stopped
+	}
+	var needs int
+	if err := tx.QueryRow(ctx, sqlSchemaNeeds).Scan(&needs); err != nil {
+		return fmt.Errorf("read the schema's needs: %w", err)
+	}
+	if m.needs() <= needs {
+		return nil
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN ACCESS EXCLUSIVE MODE",
+		pgx.Identifier{private, "riverbus_schema_lock"}.Sanitize()))
+	return err
+}
+
+// sqlSchemaNeeds: the oldest code version that may run against the
+// schema (migration 022's riverbus_migration.oldest_code).
+const sqlSchemaNeeds = `SELECT coalesce(max(coalesce(oldest_code, version)), 0) FROM riverbus_migration`
+
+// sqlSchemaVersions: the schema's version and its needs.
+const sqlSchemaVersions = `SELECT coalesce(max(version), 0), coalesce(max(coalesce(oldest_code, version)), 0) FROM riverbus_migration`
 
 // ensurePrivateSchema creates the install's private schema and the table
 // whose lock Up holds, unless they exist, and returns the schema's name.

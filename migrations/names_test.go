@@ -14,6 +14,7 @@ import (
 
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -465,6 +466,9 @@ CREATE OPERATOR rbt_evil.& (LEFTARG = integer, RIGHTARG = integer, FUNCTION = rb
 	exec(`SELECT ` + q("riverbus_retention_start_lock") + `()`)
 	var buckets int
 	value(&buckets, `SELECT `+q("riverbus_append_if_lock")+`(ARRAY[1, 2]::bigint[], ARRAY[true, false])`)
+
+	// 022: the schema check of every delivering transaction.
+	exec(`SELECT `+q("riverbus_schema_check")+`($1)`, migrations.Newest())
 
 	// 003: the lane's bucket and the unused lock class.
 	var bucket, want int

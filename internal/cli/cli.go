@@ -24,6 +24,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/config"
 	"github.com/riverbus/riverbus/internal/pooler"
+	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -62,6 +63,10 @@ func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if isBadInput(err) {
 			fmt.Fprintf(stderr, "riverbus: %s\n\n%s", safe(err.Error()), cmd.UsageString())
 			return 2
+		}
+		if migrations.AsSchemaTooNew(err) != nil {
+			fmt.Fprintf(stderr, "riverbus: %s\n", safe(err.Error()))
+			return exitSchemaTooNew
 		}
 		// An error may quote an event's type, key or a handler's error.
 		fmt.Fprintf(stderr, "riverbus: %s\n", safe(err.Error()))

@@ -73,8 +73,11 @@ func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool) error {
 		}
 		return fmt.Errorf("fan-out: %w", err)
 	}
-	<-ctx.Done()
+	stopped := waitClient(ctx, client)
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return client.Stop(stopCtx)
+	if err := client.Stop(stopCtx); err != nil && stopped == nil {
+		return err
+	}
+	return stopped
 }

@@ -31,6 +31,11 @@ nothing. A lock wait that runs out fails naming the session that held it.`,
 			if err != nil {
 				return err
 			}
+			if tooNew := migrations.AsSchemaTooNew(migrations.Check(cmd.Context(), db, migrations.Newest())); tooNew != nil {
+				fmt.Fprintf(a.stdout, "schema version %d is newer than this build knows (%d): nothing to apply; this build's processes do not run against it (exit code %d)\n",
+					tooNew.Schema, tooNew.Code, exitSchemaTooNew)
+				return nil
+			}
 			if len(res.River) == 0 && len(res.Riverbus) == 0 {
 				fmt.Fprintf(a.stdout, "schema is up to date (riverbus version %d)\n", v)
 				return nil

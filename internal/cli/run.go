@@ -136,6 +136,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		a.summaryLoop(gctx, client)
 		return nil
 	})
+	g.Go(func() error { return waitClient(gctx, client) })
 	err = g.Wait()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

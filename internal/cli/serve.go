@@ -140,6 +140,7 @@ basic auth; binding anything but a loopback address without them is refused.`,
 			if err := a.serve(gctx, g, db, uiLn, metricsLn); err != nil {
 				return err
 			}
+			g.Go(func() error { return a.watchSchema(gctx, db) })
 			fmt.Fprintf(a.stdout, "River UI: %s\n", listenerURL(uiLn, "/"))
 			if metricsLn != nil {
 				fmt.Fprintf(a.stdout, "metrics:  %s\n", listenerURL(metricsLn, "/metrics"))

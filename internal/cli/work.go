@@ -100,13 +100,13 @@ its password and query values masked.`,
 				return fmt.Errorf("start workers: %w", err)
 			}
 			fmt.Fprintf(a.stdout, "delivering pool %s (queue %s) to %s with %d workers; Ctrl-C stops\n", p.Name, p.Queue, webhook.Redact(url), concurrency)
-			<-ctx.Done()
+			stopped := waitClient(ctx, client)
 			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if err := client.Stop(stopCtx); err != nil {
 				a.logger.Warn("stopping: deliveries still in flight were cancelled", "error", err)
 			}
-			return nil
+			return stopped
 		},
 	}
 	f := cmd.Flags()

@@ -13,6 +13,7 @@ import (
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/tracing"
+	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -94,17 +95,22 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (fanout.BatchResul
 	var inserted []unit
 	err := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
 		inserted = nil
-		// One round trip: settings, the pool row, the horizon (read after
-		// the lock, so no older than the pool's cursor).
+		// One round trip: the schema check (first: it refuses when the
+		// schema needs newer code), settings, the pool row, the horizon
+		// (read after the lock, so no older than the pool's cursor).
 		p := lockedPool{name: name}
 		var horizon int64
 		var anySkipped bool
 		b := &pgx.Batch{}
+		b.Queue(migrations.SQLSchemaCheck, f.gate.Code())
 		b.Queue(database.TxSettingsSQL)
 		b.Queue(sqlPoolLock, name)
 		b.Queue(sqlHorizonAndSkipped)
 		br := tx.SendBatch(ctx, b)
 		_, err := br.Exec()
+		if err == nil {
+			_, err = br.Exec()
+		}
 		if err == nil {
 			err = br.QueryRow().Scan(&p.queue, &p.eventTypes, &p.tags, &p.maxAttempts,
 				&p.priority, &p.startAfter, &p.cursor, &p.ordering, &p.onDeadLetter, &p.grouping)

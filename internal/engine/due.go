@@ -119,10 +119,11 @@ type dueCall struct {
 
 // queueDue queues on b, in a transaction of its own, sqlPoolsDue; with
 // all, the result lists every active pool. limits are the transaction's
-// own settings (a ride's, sqlRideLimits), or "".
-func queueDue(b *pgx.Batch, all bool, limits string) *dueCall {
+// own settings (a ride's, sqlRideLimits), or "". It moves idle pools'
+// cursors, so it checks the schema as a batch does (code).
+func queueDue(b *pgx.Batch, code int, all bool, limits string) *dueCall {
 	c := &dueCall{}
-	c.txCall = queueTx(b, limits, func(row pgx.Row) error {
+	c.txCall = queueTx(b, code, limits, func(row pgx.Row) error {
 		return row.Scan(&c.res.horizon, &c.res.due, &c.res.advanced, &c.res.lagging, &c.res.active)
 	}, sqlPoolsDue, dueWindow, idleCursorInterval.String(), idleCursorLag, all)
 	return c
@@ -131,7 +132,7 @@ func queueDue(b *pgx.Batch, all bool, limits string) *dueCall {
 // poolsDue runs sqlPoolsDue (queueDue) in one round trip.
 func (f *Fanout) poolsDue(ctx context.Context, all bool) (dueResult, error) {
 	b := &pgx.Batch{}
-	c := queueDue(b, all, "")
+	c := queueDue(b, f.gate.Code(), all, "")
 	if err := f.db.SendBatch(ctx, b).Close(); err != nil {
 		return dueResult{}, fmt.Errorf("list the pools due: %w", err)
 	}

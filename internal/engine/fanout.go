@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/service"
+	"github.com/riverbus/riverbus/internal/upgrade"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -68,6 +69,9 @@ type Fanout struct {
 	// tracer makes the rounds' and batches' spans; nil without
 	// fanout.Config.TracerProvider (telemetry.go).
 	tracer trace.Tracer
+	// gate stops the rounds and batches once the schema needs newer code
+	// (every one checks it first).
+	gate *upgrade.Gate
 }
 
 // Services are the fan-out's long-running parts. Each Run blocks until its
@@ -94,6 +98,16 @@ func (s *Services) All() []service.Service {
 
 // New validates cfg and returns a Fanout. It does not touch the database.
 func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
+	return NewWithGate(db, cfg, nil)
+}
+
+// NewWithGate is New with the gate its rounds and batches check the
+// schema's version against, shared with the rest of the process (nil: a
+// gate of its own, for this build's schema).
+func NewWithGate(db *pgxpool.Pool, cfg *fanout.Config, gate *upgrade.Gate) (*Fanout, error) {
+	if gate == nil {
+		gate = upgrade.NewGate(0)
+	}
 	c := fanout.Config{}
 	if cfg != nil {
 		c = *cfg
@@ -135,13 +149,13 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 		db: db, cfg: c, logger: logger.With("component", "fanout"),
 		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}, Undeliverable: map[string]int64{}},
 		plain: map[string]plainKind{}, heads: map[string]int64{}, jobsAt: map[string]time.Time{},
-		tracer: newTracer(c.TracerProvider),
+		tracer: newTracer(c.TracerProvider), gate: gate,
 	}
 	s := &f.services
 	s.Retirer = horizon.NewRetirer(db, &horizon.RetirerConfig{Logger: f.logger})
 	s.Horizon = horizon.NewService(db, &horizon.Config{
 		GapTimeout: c.GapTimeout, GapCheckInterval: c.GapCheckInterval, PollInterval: c.PollInterval,
-		Logger: f.logger, OnRoundFunc: f.roundDone, RideFunc: f.ride,
+		Logger: f.logger, OnRoundFunc: f.roundDone, RideFunc: f.ride, Gate: gate,
 	})
 	s.Pools = newPoolService(f, PoolServiceConfig{
 		Workers: c.Workers, PollInterval: c.PollInterval, Logger: f.logger, OnLateFunc: s.Retirer.Wake,
@@ -151,6 +165,9 @@ func New(db *pgxpool.Pool, cfg *fanout.Config) (*Fanout, error) {
 	s.Listener = &Listener{f: f}
 	return f, nil
 }
+
+// Gate returns the gate the fan-out's rounds and batches check.
+func (f *Fanout) Gate() *upgrade.Gate { return f.gate }
 
 // Services returns the fan-out's services.
 func (f *Fanout) Services() *Services { return &f.services }
@@ -187,7 +204,12 @@ func (f *Fanout) Wake() {
 // horizon advances in a loop of its own, and each pool is fanned out on its
 // own: database errors are logged and retried with a backoff of their own,
 // the horizon's or one pool's, and never end Run nor delay another pool.
+//
+// Run also returns, after stopping every service, when the schema needs
+// newer code than this build knows (Gate).
 func (f *Fanout) Run(ctx context.Context) error {
+	ctx, cancel := f.gate.Context(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, s := range f.services.All() {
 		wg.Go(func() { _ = s.Run(ctx) })

@@ -13,6 +13,7 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/riversql"
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // The plain path: a pool with no ordering, no grouping, and no late event
@@ -195,8 +196,9 @@ type plainCall struct {
 	traceparents []string
 }
 
-// queuePlain queues pool name's plain batch on b: BEGIN, the settings, the
-// statement of kind, COMMIT.
+// queuePlain queues pool name's plain batch on b: BEGIN, the schema check
+// (which aborts the batch when the schema needs newer code), the settings,
+// the statement of kind, COMMIT.
 func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind, riding bool) *plainCall {
 	var sql string
 	switch {
@@ -214,7 +216,7 @@ func (f *Fanout) queuePlain(b *pgx.Batch, name string, kind plainKind, riding bo
 	if riding {
 		limits = sqlRideLimits
 	}
-	c.txCall = queueTx(b, limits, func(row pgx.Row) error {
+	c.txCall = queueTx(b, f.gate.Code(), limits, func(row pgx.Row) error {
 		return row.Scan(&c.locked, &c.applied, &c.jobs, &c.cursor, &c.notified, &c.big, &c.overBudget, &c.traceparents)
 	}, sql, name, f.cfg.BatchSize, kind == plainTyped, f.cfg.BatchBytes)
 	return c
@@ -228,11 +230,14 @@ type txCall struct {
 	committed bool
 }
 
-// queueTx queues on b: BEGIN, the batches' settings, limits (a ride's,
-// sqlRideLimits, or ""), sql with args, whose row scan reads, and COMMIT.
-func queueTx(b *pgx.Batch, limits string, scan func(pgx.Row) error, sql string, args ...any) *txCall {
+// queueTx queues on b: BEGIN, the schema check for code that knows
+// version code (which aborts the transaction when the schema needs newer
+// code), the batches' settings, limits (a ride's, sqlRideLimits, or ""),
+// sql with args, whose row scan reads, and COMMIT.
+func queueTx(b *pgx.Batch, code int, limits string, scan func(pgx.Row) error, sql string, args ...any) *txCall {
 	c := &txCall{}
 	b.Queue("BEGIN")
+	b.Queue(migrations.SQLSchemaCheck, code)
 	b.Queue(database.TxSettingsSQL)
 	if limits != "" {
 		b.Queue(limits)

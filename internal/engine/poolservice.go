@@ -144,6 +144,10 @@ type listResult struct {
 // (jobAnalyzer). Run returns nil when ctx ends, after the batches in
 // flight.
 func (s *PoolService) Run(ctx context.Context) error {
+	// A batch that finds the schema needs newer code stops the gate, and
+	// this loop then ends as when ctx ends.
+	ctx, cancel := s.f.gate.Context(ctx)
+	defer cancel()
 	defer s.analyzer.wait()
 	pools := map[string]*poolRun{}
 	done := make(chan poolDone)
@@ -236,6 +240,10 @@ func (s *PoolService) Run(ctx context.Context) error {
 			timer.Stop()
 			inList = false
 			now := time.Now()
+			if s.f.gate.Stop(l.err) {
+				s.cfg.Logger.Error("fan-out stopped: the schema needs newer code", "error", l.err)
+				continue // the gate's context ends the loop
+			}
 			if l.err != nil {
 				if ctx.Err() == nil {
 					listBackoff = service.NextBackoff(listBackoff)
@@ -260,6 +268,8 @@ func (s *PoolService) Run(ctx context.Context) error {
 			st := pools[d.name]
 			st.running = false
 			switch {
+			case s.f.gate.Stop(d.err):
+				s.cfg.Logger.Error("fan-out stopped: the schema needs newer code", "pool", d.name, "error", d.err)
 			case d.err != nil:
 				if ctx.Err() != nil {
 					continue

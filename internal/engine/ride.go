@@ -66,7 +66,7 @@ func (f *Fanout) ride(from, to int64, b *pgx.Batch) func(error) {
 		// Else the pools' service takes them, beside the next round.
 		calls = f.queueRides(b, from)
 	}
-	due := queueDue(b, false, sqlRideLimits)
+	due := queueDue(b, f.gate.Code(), false, sqlRideLimits)
 	return func(err error) {
 		for _, c := range calls {
 			if !c.committed {

@@ -1,6 +1,7 @@
 package horizon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // RoundResult says what one horizon round did.
@@ -85,6 +87,11 @@ type RoundParams struct {
 	// if the round moved it from Head to Head+Step.
 	Head, Step int64
 	HeadKnown  bool
+	// Code is the newest schema version this code knows: the round's first
+	// statement (migrations.SQLSchemaCheck) refuses, with a
+	// *migrations.SchemaTooNewError, when the schema needs newer code, and
+	// the round then changes nothing. Zero means migrations.Newest().
+	Code int
 	// AgeShift moves the database's clock forward for the gaps' ages: it
 	// is added to the time a gap is first seen and to the time its age is
 	// read. Zero (production) keeps the database's clock; tests set it
@@ -152,6 +159,14 @@ func Advance(ctx context.Context, db database.DB, params RoundParams) (RoundResu
 	return res, nil
 }
 
+// queueSchemaCheck queues the round's first statement, which refuses when
+// the schema needs newer code than params.Code (readResult.scan reads it).
+// It comes before the round's lock: migrate takes the check's lock first
+// too (migrations.Up), so neither waits for the other holding the other's.
+func queueSchemaCheck(b *pgx.Batch, params RoundParams) {
+	b.Queue(migrations.SQLSchemaCheck, cmp.Or(params.Code, migrations.Newest()))
+}
+
 // errRoundFailed is what a RideFunc's done gets when the round did not
 // commit.
 var errRoundFailed = errors.New("horizon round did not commit")
@@ -180,6 +195,7 @@ func round(ctx context.Context, q roundConn, own bool, params RoundParams) (Roun
 		if own {
 			b.Queue("BEGIN")
 		}
+		queueSchemaCheck(b, params)
 		b.Queue(database.TxSettingsSQL)
 		b.Queue(sqlHorizonTryLock)
 		b.Queue(sqlHorizonRead, params.PageSize, params.AgeShift.Seconds())
@@ -353,6 +369,12 @@ type readResult struct {
 // results from br.
 func (r *readResult) scan(br pgx.BatchResults) error {
 	if _, err := br.Exec(); err != nil {
+		if tooNew := migrations.AsSchemaTooNew(err); tooNew != nil {
+			return tooNew
+		}
+		return fmt.Errorf("horizon round: check the schema: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
 		return err
 	}
 	var locked string
@@ -439,6 +461,7 @@ func (r *readResult) input(writers func(xip []string) ([]string, error)) (walkIn
 func roundFast(ctx context.Context, c *pgx.Conn, params RoundParams) (res RoundResult, full bool, _ error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	queueSchemaCheck(b, params)
 	b.Queue(database.TxSettingsSQL)
 	b.Queue(sqlHorizonTryLock)
 	b.Queue(sqlHorizonRead, params.PageSize, params.AgeShift.Seconds())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/service"
+	"github.com/riverbus/riverbus/internal/upgrade"
 )
 
 // PageSizeDefault is the default of Config.PageSize.
@@ -39,6 +40,10 @@ type Config struct {
 	Logger *slog.Logger
 	// RideFunc is RoundParams.RideFunc for this instance's rounds.
 	RideFunc func(from, to int64, b *pgx.Batch) (done func(err error))
+	// Gate stops the service when the schema needs newer code than it
+	// knows (its rounds refuse then); nil means a gate of its own, for
+	// this build's schema.
+	Gate *upgrade.Gate
 	// OnRoundFunc, when set, is called after every round this instance
 	// ran (Locked), from the goroutine that ran it: the fan-out counts the
 	// round there and wakes the pools and the late-event retirer.
@@ -156,6 +161,9 @@ func NewService(db *pgxpool.Pool, cfg *Config) *Service {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Gate == nil {
+		c.Gate = upgrade.NewGate(0)
+	}
 	return &Service{db: db, cfg: c, wake: service.NewWake(), announceWake: service.NewWake()}
 }
 
@@ -177,7 +185,7 @@ func (s *Service) UseClock(c *Clock) { s.clock.Store(c) }
 func (s *Service) Round(ctx context.Context) (RoundResult, error) {
 	res, err := Advance(ctx, s.db, RoundParams{
 		GapTimeout: s.cfg.GapTimeout, PageSize: s.cfg.PageSize, AgeShift: s.clock.Load().Shift(),
-		RideFunc: s.cfg.RideFunc, Fast: true,
+		RideFunc: s.cfg.RideFunc, Fast: true, Code: s.cfg.Gate.Code(),
 		Head: s.head.Load(), Step: s.step.Load(),
 		// While the horizon waits at a gap most rounds move nothing, and
 		// batches riding on them would find nothing: none ride then.
@@ -297,6 +305,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		var wait time.Duration
 		switch {
+		case s.cfg.Gate.Stop(err):
+			s.cfg.Logger.Error("horizon stopped: the schema needs newer code", "error", err)
+			return nil
 		case err != nil:
 			backoff = service.NextBackoff(backoff)
 			wait = service.Jitter(backoff)

@@ -371,3 +371,19 @@ func Through(t TB, b *pgserver.PgBouncer, url string, params ...string) string {
 	}
 	return u
 }
+
+// MigrateNewer plays a newer build's migrate on db: it applies, through
+// migrations.Up, one migration numbered above this build's newest, which
+// this build may not run against (a rolling upgrade). It returns that
+// version.
+func MigrateNewer(t TB, db *pgxpool.Pool) int {
+	t.Helper()
+	v := migrations.Newest() + 1
+	_, err := migrations.UpWithOpts(context.Background(), db, &migrations.UpOpts{Newer: []migrations.Migration{
+		{Version: v, Name: "newer_test", SQL: `CREATE TABLE riverbus_newer_test ()`},
+	}})
+	if err != nil {
+		t.Fatalf("migrate to a newer schema: %v", err)
+	}
+	return v
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // BatchSizeDefault is how many events one step covers (and with Apply,
@@ -81,6 +82,11 @@ type Opts struct {
 	MaxBatches int
 	// Progress, when set, is called after each step with the plan so far.
 	Progress func(bustype.RetentionPlan)
+	// Code is the newest schema version the caller's code knows: each of
+	// Trim's steps first runs migrations.SQLSchemaCheck with it, and fails
+	// with a *migrations.SchemaTooNewError, deleting nothing, when the
+	// schema needs newer code. Zero means migrations.Newest().
+	Code int
 }
 
 func (o *Opts) batchSize() (int, error) {
@@ -166,6 +172,12 @@ func walk(ctx context.Context, db database.DB, opts *Opts, apply bool) (*bustype
 			// A batch waits for the pool creates and resets in progress
 			// (their lock), within LockTimeout.
 			err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, migrations.SQLSchemaCheck, cmp.Or(opts.Code, migrations.Newest())); err != nil {
+					if tooNew := migrations.AsSchemaTooNew(err); tooNew != nil {
+						return tooNew
+					}
+					return err
+				}
 				return database.WaitLockTx(ctx, tx, "retention", LockTimeout, func() error { return step(tx) })
 			})
 		} else {
@@ -174,6 +186,9 @@ func walk(ctx context.Context, db database.DB, opts *Opts, apply bool) (*bustype
 		if err != nil {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 				return plan, cmp.Or(ctx.Err(), err)
+			}
+			if tooNew := migrations.AsSchemaTooNew(err); tooNew != nil {
+				return plan, tooNew
 			}
 			return plan, database.WrapOp(fmt.Sprintf("retention step after %d", from), err)
 		}

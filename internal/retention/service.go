@@ -9,6 +9,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/service"
+	"github.com/riverbus/riverbus/internal/upgrade"
 )
 
 // IntervalDefault is how often the service applies the policy by default.
@@ -27,6 +28,10 @@ type ServiceConfig struct {
 	// Logger receives what it deleted and its failures. Nil:
 	// slog.Default().
 	Logger *slog.Logger
+	// Gate stops the service when the schema needs newer code than it
+	// knows (its batches refuse then). Nil: a gate of its own, for this
+	// build's schema.
+	Gate *upgrade.Gate
 }
 
 // Service applies the retention policy every Interval (Trim), when one is
@@ -69,6 +74,9 @@ func NewService(db database.DB, cfg *ServiceConfig) (*Service, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Gate == nil {
+		c.Gate = upgrade.NewGate(0)
+	}
 	return &Service{db: db, cfg: c}, nil
 }
 
@@ -90,6 +98,9 @@ func (s *Service) Run(ctx context.Context) error {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
+		case s.cfg.Gate.Stop(err):
+			s.cfg.Logger.Error("retention stopped: the schema needs newer code", "error", err)
+			return nil
 		case err != nil && !failing:
 			s.cfg.Logger.Warn("retention: trimming failed; will retry", "error", err)
 			failing = true
@@ -106,7 +117,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 // Pass applies the policy once (Trim) and logs what it deleted.
 func (s *Service) Pass(ctx context.Context) (*bustype.RetentionPlan, error) {
-	plan, err := Trim(ctx, s.db, &Opts{Now: s.cfg.Now, BatchSize: s.cfg.BatchSize})
+	plan, err := Trim(ctx, s.db, &Opts{Now: s.cfg.Now, BatchSize: s.cfg.BatchSize, Code: s.cfg.Gate.Code()})
 	if err != nil {
 		return plan, err
 	}
