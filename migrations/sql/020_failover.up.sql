@@ -119,6 +119,7 @@ DECLARE
   v_job_last bigint;
   v_job_far bigint;
   v_rescued bigint;
+  v_holders text;
   v_row %1$I.riverbus_failover;
 BEGIN
   IF pg_is_in_recovery() THEN
@@ -146,8 +147,20 @@ BEGIN
   -- moves the sequence ends first (an INSERT holds ROW EXCLUSIVE from
   -- before its trigger takes the number until it ends), and the next ones
   -- wait for this transaction: afterwards every number above the horizon
-  -- is committed and visible, or will never commit.
-  LOCK TABLE %1$I.riverbus_event IN SHARE MODE;
+  -- is committed and visible, or will never commit. New appends queue
+  -- behind this wait, so it is short; the fence is retried at the next
+  -- round, and appends go on in between.
+  PERFORM set_config('lock_timeout', '2s', true);
+  BEGIN
+    LOCK TABLE %1$I.riverbus_event IN SHARE MODE;
+  EXCEPTION WHEN lock_not_available THEN
+    SELECT string_agg(CASE WHEN l.pid IS NULL THEN 'a prepared transaction' ELSE 'pid ' || l.pid END, ', ' ORDER BY l.pid)
+      INTO v_holders FROM pg_locks l
+      WHERE l.relation = %5$L::regclass AND l.granted AND l.mode = 'RowExclusiveLock';
+    RAISE EXCEPTION 'riverbus_failover_fence: transactions appending to riverbus_event (%%) did not end within 2s; the fence, which waits for every number handed out before it, is retried at the next horizon round', coalesce(v_holders, 'none left')
+      USING ERRCODE = 'lock_not_available',
+        HINT = 'A transaction prepared before the failover (pg_prepared_xacts) holds it until COMMIT PREPARED or ROLLBACK PREPARED.';
+  END;
   SELECT h.horizon, h.timeline, h.system_identifier INTO v_horizon, v_old_timeline, v_old_system
     FROM %1$I.riverbus_horizon h FOR UPDATE;
   IF v_old_timeline = v_timeline AND v_old_system = v_system THEN
@@ -231,7 +244,8 @@ BEGIN
   PERFORM set_config('riverbus.timeline_fence', 'off', true);
   RETURN NEXT v_row;
 END
-$b$$f$, s, priv, format('%I.riverbus_event_global_sequence', s), format('%I.river_job_id_seq', s));
+$b$$f$, s, priv, format('%I.riverbus_event_global_sequence', s), format('%I.river_job_id_seq', s),
+    format('%I.riverbus_event', s));
   EXECUTE format('REVOKE ALL ON FUNCTION %1$I.riverbus_failover_fence() FROM PUBLIC', s);
   EXECUTE format('GRANT EXECUTE ON FUNCTION %1$I.riverbus_failover_fence(), %1$I.riverbus_server_timeline(), %1$I.riverbus_timeline_guard() TO riverbus_worker', s);
 
