@@ -78,6 +78,33 @@ type Status struct {
 	// Problems are the broken assumptions of the gap proof; empty (not
 	// nil) when every one holds.
 	Problems []bustype.HorizonProblem `json:"problems"`
+	// Failovers counts the failovers riverbus fenced (the database went
+	// over to a new WAL timeline: a promoted standby, a point-in-time
+	// recovery); LastFailover is the latest, nil when there was none.
+	Failovers    int64           `json:"failovers_total"`
+	LastFailover *StatusFailover `json:"last_failover"`
+}
+
+// StatusFailover is what riverbus did when it found the database on a new
+// WAL timeline (DESIGN.md §2.8): the sequences it moved past every number
+// the old timeline could have handed out, and the jobs that were running
+// there, retried at once.
+type StatusFailover struct {
+	At          time.Time `json:"at"`
+	OldTimeline int64     `json:"old_timeline"`
+	NewTimeline int64     `json:"new_timeline"`
+	// HorizonBefore is the horizon that came through replication; the
+	// numbers in (HorizonBefore, HorizonAfter] were passed as one gap.
+	HorizonBefore int64 `json:"horizon_before"`
+	HorizonAfter  int64 `json:"horizon_after"`
+	// EventsRenumbered counts the events above HorizonBefore given new
+	// numbers above HorizonAfter (same event ids).
+	EventsRenumbered int64 `json:"events_renumbered"`
+	// JobIDAfter is where River's job ids go on from.
+	JobIDAfter int64 `json:"job_id_after"`
+	// JobsRescued counts the jobs running on the old timeline that were
+	// retried at once.
+	JobsRescued int64 `json:"jobs_rescued"`
 }
 
 // Pool returns the pool named name, nil when the snapshot has none.
@@ -223,6 +250,12 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		HorizonUpdatedAt: h.UpdatedAt}
 	if st.Problems == nil {
 		st.Problems = []bustype.HorizonProblem{}
+	}
+	st.Failovers = h.Failovers
+	if f := h.LastFailover; f != nil {
+		st.LastFailover = &StatusFailover{At: f.FencedAt, OldTimeline: f.OldTimeline, NewTimeline: f.NewTimeline,
+			HorizonBefore: f.HorizonBefore, HorizonAfter: f.HorizonAfter, EventsRenumbered: f.EventsRenumbered,
+			JobIDAfter: f.JobIDAfter, JobsRescued: f.JobsRescued}
 	}
 	var dbNow time.Time
 	var oldest *time.Time

@@ -477,6 +477,20 @@ CREATE OPERATOR rbt_evil.& (LEFTARG = integer, RIGHTARG = integer, FUNCTION = rb
 	require.Equal(t, want, bucket)
 	value(&want, `SELECT `+q("riverbus_lane_lock_class")+`('ordered')`)
 
+	// 020: the failover fence. On the server the horizon was recorded on
+	// it does nothing; on another timeline (faked here) it renumbers the
+	// events above the horizon and records the timeline, after which the
+	// guard lets job writes through again.
+	value(&n, `SELECT count(*) FROM `+q("riverbus_failover_fence")+`()`)
+	require.Zero(t, n)
+	exec(`UPDATE ` + q("riverbus_horizon") + ` SET timeline = timeline + 100`)
+	err = refused(`UPDATE ` + q("river_job") + ` SET priority = 2 WHERE id = 0`)
+	require.ErrorContains(t, err, "has not fenced yet")
+	var renumbered int64
+	value(&renumbered, `SELECT events_renumbered FROM `+q("riverbus_failover_fence")+`()`)
+	require.Equal(t, int64(2), renumbered)
+	exec(`UPDATE ` + q("river_job") + ` SET priority = 2 WHERE id = 0`)
+
 	// What ran, and what did not.
 	rows, err := tx.Query(ctx, `SELECT f.funcname::text FROM pg_stat_xact_user_functions f WHERE f.calls > 0`)
 	require.NoError(t, err)

@@ -187,6 +187,7 @@ func TestRolesGrants(t *testing.T) {
 			"riverbus_dead_letter":           "DELETE,INSERT,SELECT,UPDATE",
 			"riverbus_event":                 "SELECT",
 			"riverbus_event_global_sequence": "SELECT",
+			"riverbus_failover":              "SELECT",
 			"riverbus_gap":                   "DELETE,INSERT,SELECT",
 			"riverbus_horizon":               "SELECT,UPDATE",
 			"riverbus_horizon_lock":          "UPDATE",

@@ -14,6 +14,12 @@
 // recorded in it_run with its start and end times and
 // whether it succeeded.
 //
+// print: each attempt prints a line "delivered seq=S job=J event=E key=K
+// attempt=A" to standard output before it sleeps -max-delay (with
+// -slow-through N, only sequences up to N sleep) and succeeds:
+// a record that outlives the database (a failover test loses the primary
+// and everything on it).
+//
 // projection: the exactly-once helper adds one to it_projection for the
 // event's key and records the sequence in it_applied, in the transaction
 // that completes the job.
@@ -48,8 +54,10 @@ var (
 	failEvery int64
 	failRate  float64
 	maxDelay  time.Duration
-	workerID  string
-	db        *pgxpool.Pool
+	// slowThrough: in print mode, only sequences up to it sleep maxDelay.
+	slowThrough int64
+	workerID    string
+	db          *pgxpool.Pool
 )
 
 type args struct {
@@ -68,6 +76,19 @@ func (w *worker) NextRetry(*river.Job[args]) time.Time { return time.Now().Add(5
 
 func (w *worker) Work(ctx context.Context, job *river.Job[args]) error {
 	switch mode {
+	case "print":
+		fmt.Printf("delivered seq=%d job=%d event=%s key=%s attempt=%d\n",
+			job.Args.GlobalSequence, job.ID, job.Args.EventID, job.Args.Key, job.Attempt)
+		hold := maxDelay
+		if slowThrough > 0 && job.Args.GlobalSequence > slowThrough {
+			hold = 0
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(hold):
+		}
+		return nil
 	case "ordered":
 		started := time.Now()
 		if maxDelay > 0 {
@@ -125,12 +146,14 @@ CREATE TABLE IF NOT EXISTS it_run (sequence bigint NOT NULL, key text NOT NULL, 
 
 func main() {
 	flag.StringVar(&poolName, "pool", "", "pool to work")
-	flag.StringVar(&mode, "mode", "record", "record or projection")
+	flag.StringVar(&mode, "mode", "record", "record, print, ordered or projection")
 	flag.Int64Var(&failEvery, "fail-first-attempt-every", 0, "fail the first attempt of sequences that are multiples of this")
 	flag.StringVar(&workerID, "id", fmt.Sprint(os.Getpid()), "worker id recorded with each attempt")
 	flag.Float64Var(&failRate, "fail-rate", 0, "ordered mode: share of attempts that fail")
-	flag.DurationVar(&maxDelay, "max-delay", 0, "ordered mode: longest an attempt sleeps")
+	flag.DurationVar(&maxDelay, "max-delay", 0, "ordered mode: longest an attempt sleeps; print mode: how long it sleeps")
+	flag.Int64Var(&slowThrough, "slow-through", 0, "print mode: only events with sequences up to this one sleep (0: all)")
 	concurrency := flag.Int("concurrency", 10, "jobs worked at once")
+	rescueAfter := flag.Duration("rescue-after", 6*time.Second, "River's RescueStuckJobsAfter")
 	flag.Parse()
 	if poolName == "" {
 		fmt.Fprintln(os.Stderr, "testworker: -pool is required")
@@ -138,13 +161,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *concurrency); err != nil {
+	if err := run(ctx, *concurrency, *rescueAfter); err != nil {
 		fmt.Fprintln(os.Stderr, "testworker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, concurrency int) error {
+func run(ctx context.Context, concurrency int, rescueAfter time.Duration) error {
 	// As a deployment would: riverbus's session limits over the DBA's
 	// that chaos sets on the database.
 	poolCfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
@@ -157,8 +180,10 @@ func run(ctx context.Context, concurrency int) error {
 		return err
 	}
 	defer db.Close()
-	if _, err := db.Exec(ctx, schema); err != nil {
-		return err
+	if mode != "print" {
+		if _, err := db.Exec(ctx, schema); err != nil {
+			return err
+		}
 	}
 	var (
 		queue   string
@@ -180,7 +205,7 @@ func run(ctx context.Context, concurrency int) error {
 	if err != nil {
 		return err
 	}
-	cfg.RescueStuckJobsAfter = 6 * time.Second
+	cfg.RescueStuckJobsAfter = rescueAfter
 	cfg.ID = "testworker-" + workerID
 	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
 	if err != nil {

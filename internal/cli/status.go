@@ -153,7 +153,14 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 	if r.RetentionEventsTrimmed > 0 {
 		fmt.Fprintf(w, ", events deleted by retention %d (the log begins after %d)", r.RetentionEventsTrimmed, r.RetentionTrimmedThrough)
 	}
-	fmt.Fprint(w, "\n\n")
+	fmt.Fprint(w, "\n")
+	if f := r.LastFailover; f != nil {
+		fmt.Fprintf(w, "last failover %s (%d in all): WAL timeline %d to %d; numbers %d to %d skipped as one gap so none is used twice, "+
+			"%d events renumbered above it, %d jobs running on the old timeline retried\n",
+			f.At.Format(time.RFC3339), r.Failovers, f.OldTimeline, f.NewTimeline, f.HorizonBefore+1, f.HorizonAfter,
+			f.EventsRenumbered, f.JobsRescued)
+	}
+	fmt.Fprint(w, "\n")
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "PROBLEM %s (%s): %s\n  fix: %s\n\n", p.Code, p.Detail, p.Message, p.Fix)
 	}

@@ -14,6 +14,9 @@
 //     with their test signals, and the test clock (Clock).
 //   - problems.go: the proof's assumptions (CheckAssumptions, Problem).
 //   - status.go: the horizon row for operators (Get, Repair).
+//   - failover.go: the failover fence (Fence, LastFailover): on a new WAL
+//     timeline, no number the old one delivered is given to another event
+//     (DESIGN.md §2.8, migration 020).
 //
 // # Rounds
 //

@@ -280,6 +280,14 @@ SELECT count(*) FROM r`
 	// found, for other instances and `riverbus tail`: sent after the round
 	// commits, alone in its transaction, which commits asynchronously (it
 	// writes nothing but the notification queue).
+	// The failover fence (migration 020), and the latest one it recorded.
+	sqlFailoverFence = `SELECT id, fenced_at, old_timeline, new_timeline, old_system_identifier, new_system_identifier,
+	horizon_before, horizon_after, sequence_before, events_renumbered, job_id_before, job_id_after, jobs_rescued
+FROM riverbus_failover_fence()`
+	sqlLastFailover = `SELECT id, fenced_at, old_timeline, new_timeline, old_system_identifier, new_system_identifier,
+	horizon_before, horizon_after, sequence_before, events_renumbered, job_id_before, job_id_after, jobs_rescued
+FROM riverbus_failover ORDER BY id DESC LIMIT 1`
+
 	sqlHorizonNotify = `SELECT set_config('synchronous_commit', 'off', true), pg_notify('riverbus_horizon', $1::text)`
 
 	// Watching counts the sequences in skipped ranges (committed late ones
@@ -288,7 +296,8 @@ SELECT count(*) FROM r`
 	(SELECT count(*) FROM riverbus_gap),
 	(SELECT LEAST(coalesce(sum(s.last_sequence::numeric - s.first_sequence + 1), 0), 9223372036854775807)::bigint FROM riverbus_skipped s),
 	(SELECT count(*) FROM riverbus_skipped),
-	(SELECT count(*) FROM riverbus_late)
+	(SELECT count(*) FROM riverbus_late),
+	(SELECT count(*) FROM riverbus_failover)
 FROM riverbus_horizon`
 
 	// The repair of events numbered above the sequence (migration 017's

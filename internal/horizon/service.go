@@ -48,6 +48,9 @@ type Config struct {
 	// ran (Locked), from the goroutine that ran it: the fan-out counts the
 	// round there and wakes the pools and the late-event retirer.
 	OnRoundFunc func(RoundResult)
+	// OnFailoverFunc, when set, is called after a fence this instance ran
+	// (Fence): the fan-out counts it and wakes the pools.
+	OnFailoverFunc func(*Failover)
 }
 
 // Service runs horizon rounds in a loop (Run), and single rounds for the
@@ -71,6 +74,12 @@ type Service struct {
 	head, step atomic.Int64
 	headKnown  atomic.Bool
 	holding    atomic.Bool // the last round waited at a gap
+
+	// fenced: a fence ran since this instance's last failed round. Every
+	// failover shows as failed rounds (the connections to the old primary
+	// break, and the guard refuses rounds until a fence has run), so the
+	// first round and the first after a failure fence first.
+	fenced atomic.Bool
 
 	// The riverbus_horizon notifications (announce): while Run runs, its
 	// announcer sends them, the latest horizon each time it is woken.
@@ -182,7 +191,26 @@ func (s *Service) OwnRound(pid uint32) bool {
 func (s *Service) UseClock(c *Clock) { s.clock.Store(c) }
 
 // Round runs one round, logs what it found and reports it to OnRoundFunc.
+// The first round, and the first after a failed one, first runs the
+// failover fence (Fence).
 func (s *Service) Round(ctx context.Context) (RoundResult, error) {
+	if !s.fenced.Load() {
+		f, err := Fence(ctx, s.db)
+		if err != nil {
+			return RoundResult{}, err
+		}
+		s.fenced.Store(true)
+		if f != nil {
+			s.cfg.Logger.Warn("failover: the database is on a new WAL timeline; fenced the old one so that no number it delivered is used again",
+				"old_timeline", f.OldTimeline, "new_timeline", f.NewTimeline,
+				"horizon_before", f.HorizonBefore, "horizon_after", f.HorizonAfter, "skipped", f.Skipped(),
+				"events_renumbered", f.EventsRenumbered, "job_id_after", f.JobIDAfter, "jobs_rescued", f.JobsRescued)
+			s.headKnown.Store(false)
+			if s.cfg.OnFailoverFunc != nil {
+				s.cfg.OnFailoverFunc(f)
+			}
+		}
+	}
 	res, err := Advance(ctx, s.db, RoundParams{
 		GapTimeout: s.cfg.GapTimeout, PageSize: s.cfg.PageSize, AgeShift: s.clock.Load().Shift(),
 		RideFunc: s.cfg.RideFunc, Fast: true, Code: s.cfg.Gate.Code(),
@@ -192,6 +220,7 @@ func (s *Service) Round(ctx context.Context) (RoundResult, error) {
 		HeadKnown: s.headKnown.Load() && !s.holding.Load(),
 	})
 	if err != nil {
+		s.fenced.Store(false)
 		return res, err
 	}
 	if res.Locked {

@@ -31,6 +31,10 @@ type Status struct {
 	// Problems are the broken assumptions of the gap proof
 	// (CheckAssumptions); empty when every one holds.
 	Problems []Problem
+	// Failovers counts the fences run (Fence); LastFailover is the latest,
+	// nil when there was none.
+	Failovers    int64
+	LastFailover *Failover
 }
 
 // Get reads the horizon row, its counters and the problems
@@ -38,7 +42,7 @@ type Status struct {
 func Get(ctx context.Context, db database.DB) (*Status, error) {
 	var h Status
 	err := db.QueryRow(ctx, sqlHorizonGet).Scan(&h.Horizon, &h.GapsProvenDead, &h.GapsSkipped, &h.LateEvents,
-		&h.UpdatedAt, &h.OpenGaps, &h.Watching, &h.WatchingRanges, &h.LatePending)
+		&h.UpdatedAt, &h.OpenGaps, &h.Watching, &h.WatchingRanges, &h.LatePending, &h.Failovers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, bustype.ErrHorizonMissing
 	}
@@ -47,6 +51,11 @@ func Get(ctx context.Context, db database.DB) (*Status, error) {
 	}
 	if h.Problems, err = CheckAssumptions(ctx, db); err != nil {
 		return nil, err
+	}
+	if h.Failovers > 0 {
+		if h.LastFailover, err = LastFailover(ctx, db); err != nil {
+			return nil, err
+		}
 	}
 	return &h, nil
 }

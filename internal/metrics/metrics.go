@@ -42,6 +42,8 @@ var (
 	descWatchedSkipped = newDesc("watched_skipped", "Sequences in the ranges the horizon skipped by the gap timeout that are watched for a late commit.")
 	descGapsProvenDead = newDesc("gaps_proven_dead_total", "Missing sequences proven rolled back.")
 	descGapsSkipped    = newDesc("gaps_skipped_total", "Missing sequences skipped by the gap timeout.")
+	descFailovers      = newDesc("failovers_total", "Failovers riverbus fenced: the database went over to a new WAL timeline (a promoted standby, a point-in-time recovery) and the sequences were moved past every number the old one handed out.")
+	descLastFailover   = newDesc("last_failover_timestamp_seconds", "When riverbus last fenced a failover (Unix time); 0: never.")
 	descLateEvents     = newDesc("late_events_total", "Skipped sequences that committed after all (late events).")
 	descHorizonProblem = newDesc("horizon_problem", "1 while an assumption of the gap proof is broken (see engine.CheckAssumptions and riverbus status); while one with blocks=\"true\" holds, the horizon proves and skips no gap.", "problem", "blocks")
 
@@ -67,6 +69,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descUp, descScrapeDuration, descStateReads,
 		descHorizon, descHorizonAge, descLastSequence, descLastCommitted, descOpenGaps, descWatchedSkipped, descGapsProvenDead, descGapsSkipped, descLateEvents, descHorizonProblem,
+		descFailovers, descLastFailover,
 		descRetentionTrimmed, descRetentionEvents, descRetentionEnabled, descRetentionKeep, descOldestEventAge,
 		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolUndeliv, descPoolPaused, descPoolAhead,
 		descPoolHeld, descPoolHolderTry,
@@ -164,6 +167,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descGapsProvenDead, prometheus.CounterValue, float64(s.GapsProvenDead))
 	emit(ch, descGapsSkipped, prometheus.CounterValue, float64(s.GapsSkipped))
 	emit(ch, descLateEvents, prometheus.CounterValue, float64(s.LateEvents))
+	emit(ch, descFailovers, prometheus.CounterValue, float64(s.Failovers))
+	lastFailover := 0.0
+	if s.LastFailover != nil {
+		lastFailover = float64(s.LastFailover.At.UnixNano()) / 1e9
+	}
+	emit(ch, descLastFailover, prometheus.GaugeValue, lastFailover)
 	emit(ch, descRetentionTrimmed, prometheus.GaugeValue, float64(s.RetentionTrimmedThrough))
 	emit(ch, descRetentionEvents, prometheus.CounterValue, float64(s.RetentionEventsTrimmed))
 	emit(ch, descRetentionEnabled, prometheus.GaugeValue, boolValue(s.RetentionEnabled))

@@ -70,7 +70,10 @@ type Server struct {
 	user    string // database superuser name
 	cred    *syscall.Credential
 	args    []string
-	logf    func(format string, args ...any)
+	// settings are the -c settings args was built from; a standby starts
+	// from them with its own port and socket directory.
+	settings map[string]string
+	logf     func(format string, args ...any)
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -164,18 +167,10 @@ func Start(ctx context.Context, opts Opts) (*Server, error) {
 		s.user = u.Username
 	}
 
-	dir, err := os.MkdirTemp("", dirPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("create temporary directory: %w", err)
+	if err := s.makeDir(); err != nil {
+		return nil, err
 	}
-	s.dir = dir
-	s.dataDir = filepath.Join(dir, "data")
-	if s.cred != nil {
-		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("hand %s to the postgres user: %w", dir, err)
-		}
-	}
+	dir := s.dir
 
 	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"),
 		"-D", s.dataDir, "-U", s.user, "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")
@@ -214,6 +209,37 @@ func Start(ctx context.Context, opts Opts) (*Server, error) {
 	for k, v := range opts.Settings {
 		settings[k] = v
 	}
+	s.setArgs(settings)
+
+	if err := s.start(ctx); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	logf("throwaway PostgreSQL started on 127.0.0.1:%d (data in %s)", port, s.dataDir)
+	return s, nil
+}
+
+// makeDir creates the server's temporary directory, owned by the user the
+// server runs as; the data directory goes inside it.
+func (s *Server) makeDir() error {
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return fmt.Errorf("create temporary directory: %w", err)
+	}
+	if s.cred != nil {
+		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return fmt.Errorf("hand %s to the postgres user: %w", dir, err)
+		}
+	}
+	s.dir, s.dataDir = dir, filepath.Join(dir, "data")
+	return nil
+}
+
+// setArgs builds the server's command line from its data directory and
+// settings.
+func (s *Server) setArgs(settings map[string]string) {
+	s.settings = settings
 	keys := make([]string, 0, len(settings))
 	for k := range settings {
 		keys = append(keys, k)
@@ -223,13 +249,6 @@ func Start(ctx context.Context, opts Opts) (*Server, error) {
 	for _, k := range keys {
 		s.args = append(s.args, "-c", k+"="+settings[k])
 	}
-
-	if err := s.start(ctx); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	logf("throwaway PostgreSQL started on 127.0.0.1:%d (data in %s)", port, s.dataDir)
-	return s, nil
 }
 
 func (s *Server) start(ctx context.Context) error {

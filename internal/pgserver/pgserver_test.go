@@ -17,14 +17,7 @@ func TestStartRestartStop(t *testing.T) {
 	require.NoError(t, err)
 	defer srv.Stop() //nolint:errcheck
 
-	query := func() int {
-		conn, err := pgx.Connect(ctx, srv.URL("postgres"))
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		var n int
-		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = 'kept'").Scan(&n))
-		return n
-	}
+	query := func() int { return count(t, srv, "SELECT count(*) FROM pg_tables WHERE tablename = 'kept'") }
 	conn, err := pgx.Connect(ctx, srv.URL("postgres"))
 	require.NoError(t, err)
 	// Two-phase commit is on by default (tests of prepared writers need it).
@@ -83,4 +76,45 @@ func TestStartPgBouncerWithoutTheBinary(t *testing.T) {
 	_, err := (&pgserver.Server{}).StartPgBouncer(context.Background(), pgserver.PgBouncerOpts{Binary: "/nonexistent/pgbouncer"})
 	require.ErrorIs(t, err, pgserver.ErrNoPgBouncer)
 	require.ErrorContains(t, err, "apt-get install -y pgbouncer")
+}
+
+func TestStandbyPromote(t *testing.T) {
+	ctx := context.Background()
+	primary, err := pgserver.Start(ctx, pgserver.Opts{})
+	require.NoError(t, err)
+	defer primary.Stop() //nolint:errcheck
+	exec := func(srv *pgserver.Server, sql string) {
+		conn, err := pgx.Connect(ctx, srv.URL("postgres"))
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	exec(primary, "CREATE TABLE kept (id int); INSERT INTO kept VALUES (1)")
+
+	standby, err := primary.StartStandby(ctx)
+	require.NoError(t, err)
+	defer standby.Stop() //nolint:errcheck
+	require.NoError(t, standby.CaughtUp(ctx, primary))
+	require.Equal(t, 1, count(t, standby, "SELECT count(*) FROM kept"))
+
+	// After the cut, the primary's commits stay on the primary: lost with it.
+	require.NoError(t, standby.CutReplication(ctx))
+	exec(primary, "INSERT INTO kept VALUES (2)")
+	primary.Kill()
+	require.NoError(t, standby.Promote(ctx))
+	exec(standby, "INSERT INTO kept VALUES (3)")
+	require.Equal(t, 2, count(t, standby, "SELECT count(*) FROM kept"))
+}
+
+// count runs a query that returns one number on a new connection to srv.
+func count(t *testing.T, srv *pgserver.Server, query string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, srv.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, query).Scan(&n))
+	return n
 }
