@@ -1,6 +1,7 @@
 package riverbus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/internal/riverclient"
@@ -50,6 +52,13 @@ type Client struct {
 	// The retention service; nil with FanoutDisabled or
 	// Retention.Interval -1.
 	retainer *retention.Service
+
+	// failures counts what this Client's services and River fail at; every
+	// logger the Client hands out records into it (health.NewHandler).
+	failures *health.Recorder
+	// reporter writes the process report while the Client runs; nil
+	// before Start, or with ReportInterval -1.
+	reporter *health.Reporter
 }
 
 // NewClient validates cfg and returns a Client over db. It does not touch
@@ -62,8 +71,15 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("riverbus: %w", err)
 	}
+	// Every failure a part logs is also counted for the process report:
+	// riverbus's services mark theirs (health.Operation), River's are
+	// known by their service's name.
+	failures := health.NewRecorder()
+	c.Logger = slog.New(health.NewHandler(c.Logger.Handler(), failures, false))
+	c.Fanout.Logger = slog.New(health.NewHandler(c.Fanout.Logger.Handler(), failures, false))
+	c.Work.Logger = slog.New(health.NewHandler(cmp.Or(c.Work.Logger, slog.Default()).Handler(), failures, true))
 	// Build the parts now, so a bad field is reported before Start.
-	client := &Client{db: db, cfg: c, logger: c.Logger}
+	client := &Client{db: db, cfg: c, logger: c.Logger, failures: failures}
 	if !c.FanoutDisabled {
 		if client.fanout, err = engine.New(db, &c.Fanout); err != nil {
 			return nil, fmt.Errorf("riverbus: Fanout: %w", err)
@@ -117,6 +133,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return err
 	}
 	var rc *river.Client[pgx.Tx]
+	slots := map[string]int{}
 	if c.cfg.Workers != nil && len(c.cfg.Workers.pools) > 0 {
 		queues, ordered, err := c.bindQueues(ctx)
 		if err != nil {
@@ -129,6 +146,9 @@ func (c *Client) Start(ctx context.Context) error {
 		if rc, err = river.NewClient(riverclient.NewDriver(c.db, c.logger), rcfg); err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
+		for queue, qc := range rcfg.Queues {
+			slots[queue] = qc.MaxWorkers
+		}
 	}
 	var services []service.Service
 	if c.fanout != nil {
@@ -136,6 +156,13 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	if c.retainer != nil {
 		services = append(services, c.retainer)
+	}
+	c.reporter = nil
+	if c.cfg.ReportInterval != -1 && (len(services) > 0 || rc != nil) {
+		c.reporter = health.NewReporter(c.db, c.failures, &health.ReporterConfig{
+			Name: c.cfg.ProcessName, Fanout: c.fanout != nil, Queues: slots, Interval: c.cfg.ReportInterval, Logger: c.logger,
+		})
+		services = append(services, c.reporter)
 	}
 	if rc != nil {
 		if err := rc.Start(ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/service"
 )
 
@@ -91,7 +92,7 @@ func (s *Service) Run(ctx context.Context) error {
 		case err != nil && ctx.Err() != nil:
 			return nil
 		case err != nil && !failing:
-			s.cfg.Logger.Warn("retention: trimming failed; will retry", "error", err)
+			s.cfg.Logger.Warn("retention: trimming failed; will retry", health.Operation(health.OpRetention), "error", err)
 			failing = true
 		case err == nil && failing:
 			s.cfg.Logger.Info("retention: trimming again")
