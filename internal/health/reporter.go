@@ -104,7 +104,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	var last time.Time
 	report := func() {
 		last = time.Now()
-		err := r.report(ctx)
+		err := r.Report(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -120,14 +120,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			r.remove()
+			r.Remove()
 			return nil
 		case <-timer.C:
 		case <-r.rec.NewKey():
 			if wait := time.Until(last.Add(min(newKeyGap, r.cfg.Interval))); wait > 0 {
 				select {
 				case <-ctx.Done():
-					r.remove()
+					r.Remove()
 					return nil
 				case <-time.After(wait):
 				}
@@ -144,8 +144,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 }
 
-// report writes the report in one transaction.
-func (r *Reporter) report(ctx context.Context) error {
+// Report writes the report now, in one transaction. Run calls it; a
+// caller that does not Run may call it to report once.
+func (r *Reporter) Report(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.Interval, 5*time.Second))
 	defer cancel()
 	recent := r.rec.Recent()
@@ -184,9 +185,9 @@ func (r *Reporter) report(ctx context.Context) error {
 	return nil
 }
 
-// remove deletes the process's report: a process that stops cleanly is not
-// left to look stale.
-func (r *Reporter) remove() {
+// Remove deletes the process's report, as Run does when its ctx ends: a
+// process that stops cleanly is not left to look stale.
+func (r *Reporter) Remove() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, _ = r.db.Exec(ctx, sqlReportRemove, r.id)

@@ -289,8 +289,9 @@ func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, typ prometheus.Val
 
 // NewRegistry returns a registry with a Collector for db (opts may be nil),
 // the fan-out's histograms of this process (engine.RoundSeconds,
-// engine.BatchSeconds: empty in a process that runs no fan-out), and the
-// Go runtime and process collectors.
+// engine.BatchSeconds: empty in a process that runs no fan-out), its
+// failure counter (health.ErrorsTotal), and the Go runtime and process
+// collectors.
 func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -306,8 +307,9 @@ func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 
 // NewProcessRegistry returns a registry of what one process measures
 // itself, without the database-wide figures of NewRegistry: the fan-out's
-// histograms (engine.RoundSeconds, engine.BatchSeconds), Go's runtime and
-// the process. riverbus fanout and work serve it, so each of many such
+// histograms (engine.RoundSeconds, engine.BatchSeconds), its failures
+// (health.ErrorsTotal, counted also while the database refuses its
+// report), Go's runtime and the process. riverbus fanout and work serve it, so each of many such
 // processes can be scraped without a query to the database, and without
 // every one of them repeating the pools' figures.
 func NewProcessRegistry() *prometheus.Registry {

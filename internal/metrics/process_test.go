@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -27,18 +26,7 @@ func TestCollectorProcessReports(t *testing.T) {
 		rec.Record(health.OpPoolBatch, "billing", "insert pool jobs: ERROR: could not extend file: No space left on device (SQLSTATE 53100)")
 	}
 	rep := health.NewReporter(bundle.db, rec, &health.ReporterConfig{Name: "worker", Queues: map[string]int{"billing": 1}, Interval: time.Hour, Logger: bundle.logger})
-	rep.TestSignals.Reported.Init(t)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = rep.Run(runCtx)
-	}()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
-	require.NoError(t, rep.TestSignals.Reported.WaitOrTimeout())
+	require.NoError(t, rep.Report(ctx))
 
 	// Three jobs River shows running for two minutes, where the one
 	// reporting worker has one slot.
@@ -56,8 +44,7 @@ func TestCollectorProcessReports(t *testing.T) {
 	require.NotEqual(t, "", s[`riverbus_process_errors_total{operation="pool batch",subject="billing"}`], "the process's own count")
 
 	// A stopped process takes its report with it.
-	stop()
-	<-done
+	rep.Remove()
 	s = scrape(t, serve(t, bundle))
 	require.Equal(t, "0", s[`riverbus_processes{state="live"}`])
 	require.NotContains(t, s, `riverbus_recent_errors{operation="pool batch",subject="billing"}`)
