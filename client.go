@@ -1,6 +1,7 @@
 package riverbus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/pooler"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
@@ -66,6 +68,13 @@ type Client struct {
 	// deadline applies. Guarded by haltMu, not mu, which that stop holds.
 	haltMu     sync.Mutex
 	haltCancel context.CancelFunc
+
+	// failures counts what this Client's services and River fail at; every
+	// logger the Client hands out records into it (health.NewHandler).
+	failures *health.Recorder
+	// reporter writes the process report while the Client runs; nil
+	// before Start, or with ReportInterval -1.
+	reporter *health.Reporter
 }
 
 // NewClient validates cfg and returns a Client over db. It does not touch
@@ -78,8 +87,15 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("riverbus: %w", err)
 	}
+	// Every failure a part logs is also counted for the process report:
+	// riverbus's services mark theirs (health.Operation), River's are
+	// known by their service's name.
+	failures := health.NewRecorder()
+	c.Logger = slog.New(health.NewHandler(c.Logger.Handler(), failures, false))
+	c.Fanout.Logger = slog.New(health.NewHandler(c.Fanout.Logger.Handler(), failures, false))
+	c.Work.Logger = slog.New(health.NewHandler(cmp.Or(c.Work.Logger, slog.Default()).Handler(), failures, true))
 	// Build the parts now, so a bad field is reported before Start.
-	client := &Client{db: db, cfg: c, logger: c.Logger, gate: upgrade.NewGate(c.schemaCode)}
+	client := &Client{db: db, cfg: c, logger: c.Logger, failures: failures, gate: upgrade.NewGate(c.schemaCode)}
 	client.watcher = &upgrade.Watcher{DB: db, Gate: client.gate, Logger: c.Logger}
 	if !c.FanoutDisabled {
 		if client.fanout, err = engine.NewWithGate(db, &c.Fanout, client.gate); err != nil {
@@ -149,6 +165,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return err
 	}
 	var rc *river.Client[pgx.Tx]
+	slots := map[string]int{}
 	if c.cfg.Workers != nil && len(c.cfg.Workers.pools) > 0 {
 		queues, ordered, err := c.bindQueues(ctx)
 		if err != nil {
@@ -161,6 +178,9 @@ func (c *Client) Start(ctx context.Context) error {
 		if rc, err = river.NewClient(riverclient.NewDriver(c.db, c.logger), rcfg); err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
+		for queue, qc := range rcfg.Queues {
+			slots[queue] = qc.MaxWorkers
+		}
 	}
 	var services []service.Service
 	if c.fanout != nil {
@@ -168,6 +188,13 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	if c.retainer != nil {
 		services = append(services, c.retainer)
+	}
+	c.reporter = nil
+	if c.cfg.ReportInterval != -1 && (len(services) > 0 || rc != nil) {
+		c.reporter = health.NewReporter(c.db, c.failures, &health.ReporterConfig{
+			Name: c.cfg.ProcessName, Fanout: c.fanout != nil, Queues: slots, Interval: c.cfg.ReportInterval, Logger: c.logger,
+		})
+		services = append(services, c.reporter)
 	}
 	if rc != nil {
 		if err := rc.Start(ctx); err != nil {

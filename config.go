@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -51,7 +52,23 @@ type Config struct {
 	// means this build's (migrations.Newest). Tests play a newer build
 	// with it.
 	schemaCode int
+
+	// ReportInterval is how often a started Client writes its process
+	// report: that it runs, its worker slots per queue, and the operations
+	// that failed recently (a horizon round, a pool's batch, River's
+	// completer, ...), which Status reads (Status.Processes) from any
+	// process. Zero: ReportIntervalDefault. -1: no report; Status does not
+	// list this process.
+	ReportInterval time.Duration
+
+	// ProcessName is how Status names this process ("riverbus work --pool
+	// billing"). Empty: the program's name.
+	ProcessName string
 }
+
+// ReportIntervalDefault is how often a started Client writes its process
+// report by default.
+const ReportIntervalDefault = health.ReportIntervalDefault
 
 // RetentionIntervalDefault is how often a Client applies the event
 // retention policy by default.
@@ -83,6 +100,10 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Retention.Interval < -1 {
 		return out, fmt.Errorf("Retention.Interval must be positive or -1 (not run), got %s", out.Retention.Interval)
 	}
+	if out.ReportInterval < -1 {
+		return out, fmt.Errorf("ReportInterval must be positive or -1 (no report), got %s", out.ReportInterval)
+	}
+	out.ReportInterval = cmp.Or(out.ReportInterval, ReportIntervalDefault)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}

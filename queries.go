@@ -29,4 +29,23 @@ FROM riverbus_dead_letter d GROUP BY pool`
 	sqlStatusCompleted = `SELECT kind, count(*) FROM river_job
 WHERE kind IN (SELECT name FROM riverbus_pool) AND state = 'completed' AND finalized_at > now() - interval '1 minute'
 GROUP BY kind`
+
+	// The processes' reports that have not expired (migration 021), ages
+	// by the database's clock.
+	sqlStatusProcesses = `SELECT id, name, host, pid, started_at, reported_at,
+	extract(epoch FROM now() - reported_at)::float8, extract(epoch FROM report_interval)::float8, fanout, queues
+FROM riverbus_process WHERE reported_at > now() - $1::interval
+ORDER BY name, started_at, id`
+
+	sqlStatusProcessErrors = `SELECT e.process_id, e.operation, e.subject, e.count, e.since, e.last_at,
+	extract(epoch FROM now() - e.last_at)::float8, e.last_error
+FROM riverbus_process_error e JOIN riverbus_process p ON p.id = e.process_id
+WHERE p.reported_at > now() - $1::interval
+ORDER BY e.operation, e.subject, e.process_id`
+
+	// The pools' jobs River shows running that started over $1 ago, per
+	// queue (state = 'running' is in River's fetch index).
+	sqlStatusRunningStuck = `SELECT kind, queue, count(*) FROM river_job
+WHERE state = 'running' AND attempted_at < now() - $1::interval AND kind IN (SELECT name FROM riverbus_pool)
+GROUP BY kind, queue`
 )

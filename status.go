@@ -9,6 +9,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/redact"
@@ -83,6 +84,12 @@ type Status struct {
 	// recovery); LastFailover is the latest, nil when there was none.
 	Failovers    int64           `json:"failovers_total"`
 	LastFailover *StatusFailover `json:"last_failover"`
+
+	// Processes are the riverbus processes that reported in the last 15
+	// minutes (Config.ReportInterval), with the operations each failed at
+	// recently; empty (not nil) when none did. A Stale one has not
+	// reported for a while: what it does now is unknown.
+	Processes []*StatusProcess `json:"processes"`
 }
 
 // StatusFailover is what riverbus did when it found the database on a new
@@ -105,6 +112,90 @@ type StatusFailover struct {
 	// JobsRescued counts the jobs running on the old timeline that were
 	// retried at once.
 	JobsRescued int64 `json:"jobs_rescued"`
+}
+
+// StatusProcess is a process that runs a started Client (riverbus run,
+// fanout, work, an application's own), as it last reported.
+type StatusProcess struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	// Fanout: it runs the horizon and the fan-out. Queues are the River
+	// queues it works, with the slots River fetches their jobs into.
+	Fanout bool           `json:"fanout"`
+	Queues map[string]int `json:"queues,omitempty"`
+	// StartedAt is its first report; ReportedAt its last, ReportAgeSeconds
+	// how long ago that was, and ReportIntervalSeconds how often it
+	// reports (all by the database's clock).
+	StartedAt             time.Time `json:"started_at"`
+	ReportedAt            time.Time `json:"reported_at"`
+	ReportAgeSeconds      float64   `json:"report_age_seconds"`
+	ReportIntervalSeconds float64   `json:"report_interval_seconds"`
+	// Stale: the process has missed StaleReports reports. It was killed,
+	// or it cannot write to the database (a full disk, a read-only
+	// server): what it does now is unknown, and Errors are as of its last
+	// report. Its own metrics (riverbus_process_errors_total) need no
+	// database.
+	Stale bool `json:"stale"`
+	// Errors are the operations it failed at recently, empty (not nil)
+	// when none.
+	Errors []StatusError `json:"errors"`
+}
+
+// StaleReports is how many report intervals a process's report may be
+// late before Status calls it stale.
+const StaleReports = health.StaleAfter
+
+// StatusError is a run of failures of one operation in one process.
+type StatusError struct {
+	// Operation is what failed: "horizon round", "pool batch", "River
+	// complete", "River fetch", "retention step", ...
+	Operation string `json:"operation"`
+	// Subject is the pool or River queue it failed for, "" when it
+	// concerns neither.
+	Subject string `json:"subject,omitempty"`
+	// Count failures since Since (the run ends when the operation has not
+	// failed for health.RecentWindow), the last at LastAt, LastAgeSeconds
+	// ago (by the database's clock), with LastError (credentials of URLs
+	// masked; escape it before printing it to a terminal).
+	Count          int64     `json:"count"`
+	Since          time.Time `json:"since"`
+	LastAt         time.Time `json:"last_at"`
+	LastAgeSeconds float64   `json:"last_age_seconds"`
+	LastError      string    `json:"last_error"`
+}
+
+// Troubled reports whether a process has failed at something recently or
+// has stopped reporting.
+func (s *Status) Troubled() bool {
+	for _, p := range s.Processes {
+		if p.Stale || len(p.Errors) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrorsFor returns the recent failures that concern pool p (those of its
+// pool or queue, and those of no pool or queue, such as a horizon round or
+// River's completer), with the process that reported each.
+func (s *Status) ErrorsFor(p *StatusPool) []ProcessError {
+	var out []ProcessError
+	for _, proc := range s.Processes {
+		for _, e := range proc.Errors {
+			if e.Subject == "" || e.Subject == p.Name || e.Subject == p.Queue {
+				out = append(out, ProcessError{Process: proc, StatusError: e})
+			}
+		}
+	}
+	return out
+}
+
+// ProcessError is a StatusError with its process.
+type ProcessError struct {
+	Process *StatusProcess
+	StatusError
 }
 
 // Pool returns the pool named name, nil when the snapshot has none.
@@ -166,6 +257,17 @@ type StatusPool struct {
 	// Holder is the job that holds the checkpoint, nil when the pool has no
 	// unfinished job.
 	Holder *StatusHolder `json:"checkpoint_holder,omitempty"`
+	// WorkerSlots is how many jobs of the pool's queue the listed
+	// processes' River clients can hold running at once (Processes'
+	// Queues). RunningStuck counts the pool's jobs River shows running
+	// that started over StatusStuckAfter ago. RunningAboveWorkers is how
+	// many of those no worker can be running: the queue's long-running
+	// jobs beyond its slots. Above 0, their completions failed (see the
+	// processes' errors) or their workers died, and River's rescuer has not
+	// retried them yet; their lanes and the checkpoint wait meanwhile.
+	WorkerSlots         int64 `json:"worker_slots"`
+	RunningStuck        int64 `json:"running_stuck"`
+	RunningAboveWorkers int64 `json:"running_above_workers"`
 }
 
 // StatusJob is a job in a Status: one holding a checkpoint, or what blocks
@@ -332,6 +434,12 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 			return nil, fmt.Errorf("%s: %w", q.what, err)
 		}
 	}
+	if st.Processes, err = readProcesses(ctx, tx); err != nil {
+		return nil, err
+	}
+	if err := readRunningStuck(ctx, tx, st); err != nil {
+		return nil, err
+	}
 	for _, sp := range st.Pools {
 		if h := sp.Holder; h != nil && h.Stuck {
 			if e := h.Blocker().LastError; e != "" {
@@ -368,4 +476,95 @@ func newStatusHolder(h *bustype.CheckpointHolder) *StatusHolder {
 	}
 	r.Stuck = h.HeldFor() >= StatusStuckAfter || r.Troubled() || (r.LaneBlockedBy != nil && r.LaneBlockedBy.Troubled())
 	return r
+}
+
+// readProcesses reads the processes' reports (migration 021) that have not
+// expired, with their errors.
+func readProcesses(ctx context.Context, tx pgx.Tx) ([]*StatusProcess, error) {
+	procs := []*StatusProcess{}
+	byID := map[string]*StatusProcess{}
+	var (
+		p        StatusProcess
+		interval float64
+	)
+	rows, err := tx.Query(ctx, sqlStatusProcesses, health.ExpireAfter)
+	if err != nil {
+		return nil, fmt.Errorf("read process reports: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&p.ID, &p.Name, &p.Host, &p.PID, &p.StartedAt, &p.ReportedAt, &p.ReportAgeSeconds, &interval, &p.Fanout, &p.Queues}, func() error {
+		q := p
+		q.ReportIntervalSeconds = interval
+		q.Stale = q.ReportAgeSeconds > StaleReports*interval
+		q.Errors = []StatusError{}
+		q.Name, q.Host = redact.Text(q.Name), redact.Text(q.Host)
+		procs = append(procs, &q)
+		byID[q.ID] = &q
+		p.Queues = nil
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read process reports: %w", err)
+	}
+	var (
+		id string
+		e  StatusError
+	)
+	rows, err = tx.Query(ctx, sqlStatusProcessErrors, health.ExpireAfter)
+	if err != nil {
+		return nil, fmt.Errorf("read process errors: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &e.Operation, &e.Subject, &e.Count, &e.Since, &e.LastAt, &e.LastAgeSeconds, &e.LastError}, func() error {
+		if proc := byID[id]; proc != nil {
+			e.LastError = redact.Text(e.LastError)
+			proc.Errors = append(proc.Errors, e)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read process errors: %w", err)
+	}
+	return procs, nil
+}
+
+// readRunningStuck sets each pool's WorkerSlots, RunningStuck and
+// RunningAboveWorkers: the jobs River shows running for longer than
+// StatusStuckAfter, per queue, against the slots the listed processes
+// report for it. Every job a River client runs holds one of its slots, so
+// those beyond the slots run nowhere.
+func readRunningStuck(ctx context.Context, tx pgx.Tx, st *Status) error {
+	slots := map[string]int64{}
+	for _, p := range st.Processes {
+		for q, n := range p.Queues {
+			slots[q] += int64(n)
+		}
+	}
+	type poolQueue struct{ pool, queue string }
+	stuck := map[poolQueue]int64{}
+	inQueue := map[string]int64{}
+	var (
+		pool, queue string
+		n           int64
+	)
+	rows, err := tx.Query(ctx, sqlStatusRunningStuck, StatusStuckAfter)
+	if err != nil {
+		return fmt.Errorf("count running jobs: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&pool, &queue, &n}, func() error {
+		stuck[poolQueue{pool, queue}] += n
+		inQueue[queue] += n
+		return nil
+	}); err != nil {
+		return fmt.Errorf("count running jobs: %w", err)
+	}
+	for _, sp := range st.Pools {
+		sp.WorkerSlots = slots[sp.Queue]
+		for pq, n := range stuck {
+			if pq.pool != sp.Name {
+				continue
+			}
+			sp.RunningStuck += n
+			if excess := inQueue[pq.queue] - slots[pq.queue]; excess > 0 {
+				sp.RunningAboveWorkers += min(n, excess)
+			}
+		}
+	}
+	return nil
 }

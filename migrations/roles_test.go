@@ -199,6 +199,8 @@ func TestRolesGrants(t *testing.T) {
 			"riverbus_late":                  "DELETE,INSERT,SELECT",
 			"riverbus_pool_late":             "DELETE,INSERT,SELECT",
 			"riverbus_pool_start":            "INSERT,SELECT,UPDATE",
+			"riverbus_process":               "DELETE,INSERT,SELECT,UPDATE",
+			"riverbus_process_error":         "DELETE,INSERT,SELECT,UPDATE",
 			"riverbus_retention":             "SELECT",
 			"riverbus_retention_lock":        "UPDATE",
 			"riverbus_skipped":               "DELETE,INSERT,SELECT",

@@ -85,6 +85,10 @@ type app struct {
 	// tracerProvider traces the fan-out and the workers; nil unless
 	// startTracing found tracing asked for.
 	tracerProvider trace.TracerProvider
+	// processName is how status names this process ("riverbus work
+	// --pool billing"): its command, without arguments that may hold
+	// secrets.
+	processName string
 }
 
 // isCobraUsage reports whether msg is one of cobra's own usage errors: a

@@ -31,6 +31,7 @@ func (a *app) newClient(db *pgxpool.Pool, ws *riverbus.Workers, fanoutDisabled b
 		Workers:        ws,
 		Work:           a.workConfig(),
 		Logger:         a.logger,
+		ProcessName:    a.processName,
 	})
 }
 

@@ -58,6 +58,7 @@ A database outage is logged and retried with backoff.`,
 // runFanout runs a riverbus client without workers (the horizon, the
 // fan-out and its maintenance services) until ctx ends.
 func (a *app) runFanout(ctx context.Context, db *pgxpool.Pool) error {
+	a.processName = "riverbus fanout"
 	flush, err := a.startTracing(ctx)
 	if err != nil {
 		return err

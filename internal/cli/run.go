@@ -51,6 +51,7 @@ the jobs.`,
 }
 
 func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
+	a.processName = "riverbus run"
 	uiLn, metricsLn, err := a.listeners(true)
 	if err != nil {
 		return err

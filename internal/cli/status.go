@@ -120,6 +120,7 @@ func oneLine(r *riverbus.Status) string {
 	for _, p := range r.Problems {
 		fmt.Fprintf(&b, " PROBLEM %s", p.Code)
 	}
+	b.WriteString(processesSummary(r))
 	for _, p := range r.Pools {
 		done := p.Jobs["completed"]
 		fmt.Fprintf(&b, " | %s lag %d done %d", p.Name, p.Lag, done)
@@ -128,6 +129,9 @@ func oneLine(r *riverbus.Status) string {
 		}
 		if p.AheadOfLog > 0 {
 			fmt.Fprintf(&b, " AHEAD OF THE LOG by %d", p.AheadOfLog)
+		}
+		if p.RunningAboveWorkers > 0 {
+			fmt.Fprintf(&b, " RUNNING ABOVE WORKERS by %d", p.RunningAboveWorkers)
 		}
 		b.WriteString(heldSummary(p))
 		if p.Status != bustype.PoolActive {
@@ -164,6 +168,12 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "PROBLEM %s (%s): %s\n  fix: %s\n\n", p.Code, p.Detail, p.Message, p.Fix)
 	}
+	if lines := processLines(r); len(lines) > 0 {
+		for _, line := range lines {
+			fmt.Fprintln(w, line)
+		}
+		fmt.Fprintln(w)
+	}
 	if len(r.Pools) == 0 {
 		fmt.Fprintln(w, "no pools yet: create one with `riverbus pool create NAME`")
 		return nil
@@ -179,6 +189,9 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 	}
 	for _, p := range r.Pools {
 		if line := aheadLine(r, p); line != "" {
+			fmt.Fprintln(w, line)
+		}
+		if line := runningLine(p); line != "" {
 			fmt.Fprintln(w, line)
 		}
 		if line := holderLine(p); line != "" {
@@ -228,7 +241,109 @@ func progress(r *riverbus.Status, p *riverbus.StatusPool, prev *riverbus.Status)
 			perMinute = int64(float64(before.Lag-p.Lag) / elapsed.Minutes())
 		}
 	}
-	return fmt.Sprintf("%s catching up: %s", p.Name, progressBar(p.Checkpoint-p.StartAfter, r.Horizon-p.StartAfter, perMinute))
+	bar := progressBar(p.Checkpoint-p.StartAfter, r.Horizon-p.StartAfter, perMinute)
+	if why := notHealthy(r, p); why != "" {
+		// A rate measured while something fails is no promise: the
+		// failing part may be what the pool waits for.
+		bar, _, _ = strings.Cut(bar, "  ETA ")
+		bar += "  no ETA: " + why
+	}
+	return fmt.Sprintf("%s catching up: %s", p.Name, bar)
+}
+
+// notHealthy says why pool p's progress cannot be trusted to go on: an
+// operation that concerns it failed recently, a process stopped
+// reporting, or jobs run above its workers; "" when none of these.
+func notHealthy(r *riverbus.Status, p *riverbus.StatusPool) string {
+	if errs := r.ErrorsFor(p); len(errs) > 0 {
+		return fmt.Sprintf("%s failing (see ERROR above)", errorName(errs[0].StatusError))
+	}
+	for _, proc := range r.Processes {
+		if proc.Stale {
+			return fmt.Sprintf("%s stopped reporting (see STALE above)", safe(proc.Name))
+		}
+	}
+	if p.RunningAboveWorkers > 0 {
+		return "jobs running above its workers (see RUNNING ABOVE WORKERS)"
+	}
+	return ""
+}
+
+// errorName is an operation with what it failed for: `pool batch of
+// "billing"`.
+func errorName(e riverbus.StatusError) string {
+	if e.Subject == "" {
+		return e.Operation
+	}
+	return fmt.Sprintf("%s of \"%s\"", e.Operation, safe(e.Subject))
+}
+
+// processName is how status names a process: `riverbus work --pool
+// billing (pid 4711 on worker-3)`.
+func processName(p *riverbus.StatusProcess) string {
+	return fmt.Sprintf("%s (pid %d on %s)", safe(p.Name), p.PID, safe(p.Host))
+}
+
+// processLines are the ERROR and STALE lines of the processes: what each
+// failed at recently, and which stopped reporting.
+func processLines(r *riverbus.Status) []string {
+	var lines []string
+	for _, p := range r.Processes {
+		if p.Stale {
+			lines = append(lines, fmt.Sprintf("STALE: %s has not reported for %s (it reports every %s): it was killed, or it cannot write "+
+				"to the database (a full disk, a read-only server). What it does now is unknown; its errors below are as of its last report, "+
+				"and its own metrics (riverbus_process_errors_total) need no database.",
+				processName(p), seconds(p.ReportAgeSeconds), seconds(p.ReportIntervalSeconds)))
+		}
+		for _, e := range p.Errors {
+			lines = append(lines, fmt.Sprintf("ERROR in %s: %s failed %d %s since %s, last %s ago: \"%s\"",
+				processName(p), errorName(e), e.Count, plural(e.Count, "time", "times"), e.Since.Local().Format("15:04:05"),
+				seconds(e.LastAgeSeconds), truncate(e.LastError, 300)))
+		}
+	}
+	return lines
+}
+
+// processesSummary is the processes' part of the one-line summary.
+func processesSummary(r *riverbus.Status) string {
+	var b strings.Builder
+	for _, p := range r.Processes {
+		if p.Stale {
+			fmt.Fprintf(&b, " STALE %s", processName(p))
+		}
+		for _, e := range p.Errors {
+			fmt.Fprintf(&b, " ERROR %s x%d", errorName(e), e.Count)
+		}
+	}
+	return b.String()
+}
+
+// runningLine flags a pool whose jobs River shows running far beyond what
+// its workers can hold, or is "".
+func runningLine(p *riverbus.StatusPool) string {
+	if p.RunningAboveWorkers <= 0 {
+		return ""
+	}
+	slots := fmt.Sprintf("the %d worker slots the processes report for queue \"%s\"", p.WorkerSlots, safe(p.Queue))
+	if p.WorkerSlots == 0 {
+		slots = fmt.Sprintf("no worker slot: no process reports workers for queue \"%s\"", safe(p.Queue))
+	}
+	return fmt.Sprintf("%s: RUNNING ABOVE WORKERS: %d jobs running for over %s, %d more than %s, so no worker runs them: "+
+		"their completions failed (see ERROR lines) or their workers died, and River's rescuer has not retried them yet. "+
+		"The checkpoint (and an ordered pool's lanes) wait for them.",
+		safe(p.Name), p.RunningStuck, riverbus.StatusStuckAfter, p.RunningAboveWorkers, slots)
+}
+
+// seconds is a duration in seconds, rounded for people.
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // progressBar draws done of total with an ETA at perMinute.

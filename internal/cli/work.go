@@ -88,6 +88,7 @@ its password and query values masked.`,
 				return err
 			}
 			defer flush()
+			a.processName = "riverbus work --pool " + pool
 			client, err := a.newClient(db, ws, true)
 			if err != nil {
 				return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+
+	"github.com/riverbus/riverbus/internal/health"
 )
 
 // analyzeJobsMinDefault is how many jobs the fan-out inserts before it
@@ -60,7 +62,7 @@ func (a *jobAnalyzer) add(ctx context.Context, n int, done func()) {
 		}
 		a.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
-			a.logger.Warn("analyze river_job failed", "error", err)
+			a.logger.Warn("analyze river_job failed", health.Operation(health.OpAnalyzeJobs), "error", err)
 		}
 		done()
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/service"
 )
 
@@ -69,7 +70,7 @@ func (a *CheckpointAdvancer) Run(ctx context.Context) error {
 		cps, err := checkpoints.AdvanceAll(ctx, a.db)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
-			a.cfg.Logger.Warn("checkpoint advancer: advancing failed; will retry", "error", err)
+			a.cfg.Logger.Warn("checkpoint advancer: advancing failed; will retry", health.Operation(health.OpCheckpointAdvance), "error", err)
 			failing = true
 		case err == nil && failing:
 			a.cfg.Logger.Info("checkpoint advancer: advancing again")

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/service"
@@ -260,7 +261,7 @@ func (l *Listener) Run(ctx context.Context) error {
 		},
 		LogError: func(ctx context.Context, err error) {
 			if ctx.Err() == nil {
-				l.f.logger.Warn("listener: reconnecting", "error", err)
+				l.f.logger.Warn("listener: reconnecting", health.Operation(health.OpListen), "error", err)
 			}
 		},
 		ReconnectDelay: time.Second,

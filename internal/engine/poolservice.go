@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/service"
 )
 
@@ -247,7 +248,7 @@ func (s *PoolService) Run(ctx context.Context) error {
 			if l.err != nil {
 				if ctx.Err() == nil {
 					listBackoff = service.NextBackoff(listBackoff)
-					s.cfg.Logger.Error("list the pools due failed; running every pool, and retrying", "error", l.err, "retry_in", listBackoff)
+					s.cfg.Logger.Error("list the pools due failed; running every pool, and retrying", health.Operation(health.OpListPools), "error", l.err, "retry_in", listBackoff)
 				}
 				// Without the list, every pool known runs: a batch finds
 				// for itself whether it has anything to do.
@@ -277,7 +278,7 @@ func (s *PoolService) Run(ctx context.Context) error {
 				st.backoff = service.NextBackoff(st.backoff)
 				wait := service.Jitter(st.backoff)
 				st.retryAt, st.due = time.Now().Add(wait), true
-				s.cfg.Logger.Error("fan-out of pool failed; retrying it", "pool", d.name, "error", d.err, "retry_in", wait.Round(time.Millisecond))
+				s.cfg.Logger.Error("fan-out of pool failed; retrying it", health.Operation(health.OpPoolBatch), "pool", d.name, "error", d.err, "retry_in", wait.Round(time.Millisecond))
 			default:
 				st.backoff, st.retryAt = 0, time.Time{}
 				st.due = st.due || d.full

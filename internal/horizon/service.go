@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/service"
 	"github.com/riverbus/riverbus/internal/upgrade"
 )
@@ -291,7 +292,8 @@ func (s *Service) sendAnnouncement(ctx context.Context, h int64) {
 		return err
 	}()
 	if err != nil && ctx.Err() == nil {
-		s.cfg.Logger.Warn("horizon notification failed; other instances learn of the move at their next round or poll", "error", err)
+		s.cfg.Logger.Warn("horizon notification failed; other instances learn of the move at their next round or poll",
+			health.Operation(health.OpHorizonNotify), "error", err)
 	}
 }
 
@@ -340,7 +342,7 @@ func (s *Service) Run(ctx context.Context) error {
 		case err != nil:
 			backoff = service.NextBackoff(backoff)
 			wait = service.Jitter(backoff)
-			s.cfg.Logger.Error("horizon round failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+			s.cfg.Logger.Error("horizon round failed; retrying", health.Operation(health.OpHorizonRound), "error", err, "retry_in", wait.Round(time.Millisecond))
 		case round.More && round.Moved:
 			backoff = 0
 			continue
@@ -445,7 +447,7 @@ func (r *Retirer) Run(ctx context.Context) error {
 			}
 			backoff = service.NextBackoff(backoff)
 			wait := service.Jitter(backoff)
-			r.logger.Error("retiring late events failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+			r.logger.Error("retiring late events failed; retrying", health.Operation(health.OpRetireLate), "error", err, "retry_in", wait.Round(time.Millisecond))
 			select {
 			case <-ctx.Done():
 				return nil

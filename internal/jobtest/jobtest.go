@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,4 +207,30 @@ func WaitRetryDelay(t testing.TB, db *pgxpool.Pool, id int64, failures int) time
 		return state == "retryable" && errs == failures
 	}, "job %d: failed %d times and retryable", id, failures)
 	return scheduled.Sub(start)
+}
+
+// FailLikeDiskFull makes the database refuse, as a full disk does (SQLSTATE
+// 53100, "No space left on device"), every UPDATE of table's rows for
+// which when holds (a trigger condition on OLD and NEW), from now on: a
+// real failure of the statements riverbus and River run, without filling
+// a disk. name names the trigger and its function.
+func FailLikeDiskFull(t testing.TB, db *pgxpool.Pool, name, table, when string) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), fmt.Sprintf(`
+CREATE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'could not extend file "base/16384/2619": No space left on device' USING ERRCODE = 'disk_full';
+END
+$$;
+CREATE TRIGGER %[1]s BEFORE UPDATE ON %[2]s FOR EACH ROW WHEN (%[3]s) EXECUTE FUNCTION %[1]s();`,
+		pgx.Identifier{name}.Sanitize(), pgx.Identifier{table}.Sanitize(), when))
+	require.NoError(t, err)
+}
+
+// CompletionsOf is the FailLikeDiskFull condition that fails every change
+// of a running job of kind out of `running`: River's completer, its
+// rescuer and riverbus's lane hand-off cannot finish the kind's jobs, while
+// River still fetches them.
+func CompletionsOf(kind string) string {
+	return fmt.Sprintf(`OLD.state = 'running' AND NEW.state <> 'running' AND NEW.kind = '%s'`, strings.ReplaceAll(kind, "'", "''"))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/service"
 )
 
@@ -116,7 +117,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		case err != nil:
 			backoff = min(max(2*backoff, SweepInterval), 10*time.Second)
 			wait = backoff
-			s.logger.Warn("ordered pools' sweep failed; retrying", "error", err, "retry_in", wait)
+			s.logger.Warn("ordered pools' sweep failed; retrying", health.Operation(health.OpLaneSweep), "error", err, "retry_in", wait)
 		default:
 			backoff = 0
 			s.TestSignals.Swept.Signal(res)

@@ -24,6 +24,8 @@
 //	riverbus_pool_ahead_of_log                how far its cursor, checkpoint or start is above the end of the log (0 normally)
 //	riverbus_pool_checkpoint_held_seconds     how long the checkpoint has stood still behind its oldest unfinished job (0: none)
 //	riverbus_pool_checkpoint_holder_attempts  attempts so far of that job (0: none); above 1, it is being retried
+//	riverbus_pool_worker_slots                jobs of its queue the reporting processes can hold running at once
+//	riverbus_pool_running_above_workers       its jobs running over a minute beyond those slots (0 normally)
 //
 // Global:
 //
@@ -45,12 +47,17 @@
 //	riverbus_retention_enabled            1 while a retention policy is set
 //	riverbus_retention_keep_seconds       the policy's keep period (0: until consumed)
 //	riverbus_oldest_event_age_seconds     how long ago the oldest event in the log was appended
+//	riverbus_processes                    processes reporting (label state: live, stale)
+//	riverbus_recent_errors                failures in the current run of an operation, over the processes
+//	                                      (labels operation, subject: the pool or queue, or empty)
+//	riverbus_recent_error_age_seconds     seconds since that operation last failed
 //
 // This process's fan-out (not read from the database; each process that
 // runs one reports its own):
 //
 //	riverbus_fanout_round_seconds         histogram of the horizon rounds it ran
 //	riverbus_fanout_batch_seconds{pool}   histogram of its pool batches that inserted jobs
+//	riverbus_process_errors_total{operation,subject}  its failures (counted while the database refuses its report too)
 //
 // The checkpoint is the one last stored (by the client's checkpoint advancer, which
 // `riverbus run` advances); the collector does not advance it.

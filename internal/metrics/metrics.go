@@ -17,6 +17,7 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/horizon"
 )
 
@@ -65,6 +66,12 @@ var (
 	descPoolAhead      = newDesc("pool_ahead_of_log", "How far the pool's cursor, checkpoint or start point is above the end of the log (the last sequence handed out, or the horizon when higher); 0 normally. Above 0, the events that get the numbers in between will never reach the pool.", "pool")
 	descPoolHeld       = newDesc("pool_checkpoint_held_seconds", "How long the pool's checkpoint has stood still behind its oldest unfinished job; 0 when it has none.", "pool")
 	descPoolHolderTry  = newDesc("pool_checkpoint_holder_attempts", "Attempts so far of the oldest unfinished job, which holds the pool's checkpoint; 0 when it has none.", "pool")
+	descPoolSlots      = newDesc("pool_worker_slots", "Jobs of the pool's queue the reporting processes' River clients can hold running at once.", "pool")
+	descPoolRunAbove   = newDesc("pool_running_above_workers", "The pool's jobs River shows running for over a minute beyond the worker slots of their queue: no worker runs them (completions failed, or their workers died and River's rescuer has not retried them yet); 0 normally.", "pool")
+
+	descProcesses    = newDesc("processes", "riverbus processes whose report has not expired, by state: live, or stale (no report for 3 report intervals: killed, or cannot write to the database).", "state")
+	descRecentErrors = newDesc("recent_errors", "Failures of an operation (a horizon round, a pool's batch, River's completer, ...) in the current run of failures, summed over the processes that report them; a run ends 5 minutes after its last failure.", "operation", "subject")
+	descRecentErrAge = newDesc("recent_error_age_seconds", "Seconds since the last failure of an operation in any reporting process (by the database's clock, as of the process's last report).", "operation", "subject")
 
 	allDescs = []*prometheus.Desc{
 		descUp, descScrapeDuration, descStateReads,
@@ -72,7 +79,8 @@ var (
 		descFailovers, descLastFailover,
 		descRetentionTrimmed, descRetentionEvents, descRetentionEnabled, descRetentionKeep, descOldestEventAge,
 		descPoolCursor, descPoolCheckpoint, descPoolLag, descPoolFannedOut, descPoolLate, descPoolJobs, descPoolDead, descPoolUndeliv, descPoolPaused, descPoolAhead,
-		descPoolHeld, descPoolHolderTry,
+		descPoolHeld, descPoolHolderTry, descPoolSlots, descPoolRunAbove,
+		descProcesses, descRecentErrors, descRecentErrAge,
 	}
 )
 
@@ -188,6 +196,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		emit(ch, descHorizonProblem, prometheus.GaugeValue, v, code, strconv.FormatBool(blocks))
 	}
+	collectProcesses(ch, s)
 
 	for _, p := range s.Pools {
 		emit(ch, descPoolCursor, prometheus.GaugeValue, float64(p.Cursor), p.Name)
@@ -209,6 +218,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		emit(ch, descPoolHeld, prometheus.GaugeValue, held, p.Name)
 		emit(ch, descPoolHolderTry, prometheus.GaugeValue, float64(attempts), p.Name)
+		emit(ch, descPoolSlots, prometheus.GaugeValue, float64(p.WorkerSlots), p.Name)
+		emit(ch, descPoolRunAbove, prometheus.GaugeValue, float64(p.RunningAboveWorkers), p.Name)
 
 		// Every River state, zero included, so a series never vanishes.
 		for _, state := range bustype.JobStates() {
@@ -219,6 +230,37 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				emit(ch, descPoolJobs, prometheus.GaugeValue, float64(n), p.Name, string(state))
 			}
 		}
+	}
+}
+
+// collectProcesses sends the processes' figures: how many are live and
+// stale (both, 0 included, so an alert's series never vanishes), and per
+// failing operation the failures and the age of the last, over every
+// process that reports it.
+func collectProcesses(ch chan<- prometheus.Metric, s *riverbus.Status) {
+	live, stale := 0, 0
+	type key struct{ op, subject string }
+	count := map[key]int64{}
+	age := map[key]float64{}
+	for _, p := range s.Processes {
+		if p.Stale {
+			stale++
+		} else {
+			live++
+		}
+		for _, e := range p.Errors {
+			k := key{e.Operation, e.Subject}
+			if a, seen := age[k]; !seen || e.LastAgeSeconds < a {
+				age[k] = e.LastAgeSeconds
+			}
+			count[k] += e.Count
+		}
+	}
+	emit(ch, descProcesses, prometheus.GaugeValue, float64(live), "live")
+	emit(ch, descProcesses, prometheus.GaugeValue, float64(stale), "stale")
+	for k, n := range count {
+		emit(ch, descRecentErrors, prometheus.GaugeValue, float64(n), k.op, k.subject)
+		emit(ch, descRecentErrAge, prometheus.GaugeValue, age[k], k.op, k.subject)
 	}
 }
 
@@ -256,14 +298,16 @@ func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, typ prometheus.Val
 
 // NewRegistry returns a registry with a Collector for db (opts may be nil),
 // the fan-out's histograms of this process (engine.RoundSeconds,
-// engine.BatchSeconds: empty in a process that runs no fan-out), and the
-// Go runtime and process collectors.
+// engine.BatchSeconds: empty in a process that runs no fan-out), its
+// failure counter (health.ErrorsTotal), and the Go runtime and process
+// collectors.
 func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		NewCollector(db, opts),
 		engine.RoundSeconds,
 		engine.BatchSeconds,
+		health.ErrorsTotal,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -272,8 +316,9 @@ func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 
 // NewProcessRegistry returns a registry of what one process measures
 // itself, without the database-wide figures of NewRegistry: the fan-out's
-// histograms (engine.RoundSeconds, engine.BatchSeconds), Go's runtime and
-// the process. riverbus fanout and work serve it, so each of many such
+// histograms (engine.RoundSeconds, engine.BatchSeconds), its failures
+// (health.ErrorsTotal, counted also while the database refuses its
+// report), Go's runtime and the process. riverbus fanout and work serve it, so each of many such
 // processes can be scraped without a query to the database, and without
 // every one of them repeating the pools' figures.
 func NewProcessRegistry() *prometheus.Registry {
@@ -281,6 +326,7 @@ func NewProcessRegistry() *prometheus.Registry {
 	reg.MustRegister(
 		engine.RoundSeconds,
 		engine.BatchSeconds,
+		health.ErrorsTotal,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/service"
 	"github.com/riverbus/riverbus/internal/upgrade"
 )
@@ -102,7 +103,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.cfg.Logger.Error("retention stopped: the schema needs newer code", "error", err)
 			return nil
 		case err != nil && !failing:
-			s.cfg.Logger.Warn("retention: trimming failed; will retry", "error", err)
+			s.cfg.Logger.Warn("retention: trimming failed; will retry", health.Operation(health.OpRetention), "error", err)
 			failing = true
 		case err == nil && failing:
 			s.cfg.Logger.Info("retention: trimming again")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
+	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -177,7 +178,8 @@ func (p *Policy) load(now time.Time, maxAge time.Duration) *snapshot {
 	defer cancel()
 	schedules, err := readSchedules(ctx, p.db)
 	if err != nil {
-		p.logger.Warn("riverbus: read the pools' retry schedules; keeping those read before (River's default for unknown pools)", "error", err)
+		p.logger.Warn("riverbus: read the pools' retry schedules; keeping those read before (River's default for unknown pools)",
+			health.Operation(health.OpRetrySchedules), "error", err)
 		next := &snapshot{loadedAt: now, schedules: map[string]bustype.RetrySchedule{}, failed: true}
 		if old != nil {
 			next.schedules = old.schedules

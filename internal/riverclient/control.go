@@ -10,6 +10,8 @@ import (
 
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverbus/riverbus/internal/health"
 )
 
 // River's notification topics (its internal/notifier), as the listener
@@ -448,7 +450,7 @@ func (l *controlListener) report() {
 	}
 	if l.checkErrors > 0 {
 		l.logger.Error("riverbus: checking River control messages failed; the next reconcile passes on what the database holds",
-			slog.Int("failures", l.checkErrors), slog.String("err", l.lastCheckError.Error()))
+			health.Operation(health.OpControlCheck), slog.Int("failures", l.checkErrors), slog.String("err", l.lastCheckError.Error()))
 	}
 	l.refused, l.checkErrors, l.lastCheckError = 0, 0, nil
 }

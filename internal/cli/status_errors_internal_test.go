@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus"
+)
+
+// While an operation that concerns a pool fails, or a process has stopped
+// reporting, the pool's progress has no ETA: a rate measured while its
+// completions fail promises nothing (status printed "ETA 22m" while they
+// did). A failure of another pool's batch leaves its ETA alone.
+func TestProgressHasNoETAWhileFailing(t *testing.T) {
+	pool := &riverbus.StatusPool{Name: "billing", Queue: "billing", Checkpoint: 1000, Lag: 9000, CompletedLastMinute: 600}
+	proc := &riverbus.StatusProcess{Name: "riverbus work --pool billing", PID: 7, Host: "w1", Errors: []riverbus.StatusError{}}
+	r := &riverbus.Status{Horizon: 10_000, Pools: []*riverbus.StatusPool{pool}, Processes: []*riverbus.StatusProcess{proc}}
+	require.Contains(t, progress(r, pool, nil), "ETA 15m0s")
+
+	proc.Errors = []riverbus.StatusError{{Operation: "pool batch", Subject: "audit", Count: 3}}
+	require.Contains(t, progress(r, pool, nil), "ETA 15m0s", "another pool's failure")
+
+	proc.Errors = []riverbus.StatusError{{Operation: "River complete", Count: 57, Since: time.Now().Add(-time.Minute), LastAgeSeconds: 2,
+		LastError: "ERROR: could not extend file: No space left on device"}}
+	line := progress(r, pool, nil)
+	require.NotContains(t, line, "ETA 15m")
+	require.Contains(t, line, "no ETA: River complete failing (see ERROR above)")
+	var out bytes.Buffer
+	require.NoError(t, render(&out, r, nil))
+	require.Regexp(t, `ERROR in riverbus work --pool billing \(pid 7 on w1\): River complete failed 57 times since \d\d:\d\d:\d\d, last 2s ago: "ERROR: could not extend file: No space left on device"`, out.String())
+	require.Contains(t, oneLine(r), "ERROR River complete x57")
+
+	proc.Errors = []riverbus.StatusError{}
+	proc.Stale, proc.ReportAgeSeconds, proc.ReportIntervalSeconds = true, 95, 10
+	require.Contains(t, progress(r, pool, nil), "no ETA: riverbus work --pool billing stopped reporting (see STALE above)")
+	out.Reset()
+	require.NoError(t, render(&out, r, nil))
+	require.Contains(t, out.String(), "STALE: riverbus work --pool billing (pid 7 on w1) has not reported for 1m35s (it reports every 10s): it was killed, or it cannot write to the database")
+}
