@@ -41,6 +41,7 @@ func (a *app) workConfig() workers.Config {
 		CompletedJobRetentionPeriod: orNever(a.cfg.CompletedJobRetention),
 		CancelledJobRetentionPeriod: orNever(a.cfg.CancelledJobRetention),
 		DiscardedJobRetentionPeriod: orNever(a.cfg.DiscardedJobRetention),
+		FetchPollInterval:           a.cfg.FetchPollInterval,
 		Logger:                      a.riverLogger,
 		TracerProvider:              a.tracerProvider,
 	}

@@ -45,6 +45,11 @@ func (a *app) jobRetentionFlags(cmd *cobra.Command) {
 	durationSetting(f, &c.DiscardedJobRetention, "DISCARDED_JOB_RETENTION")
 }
 
+// fetchFlags adds River's fetch settings: the commands that work jobs.
+func (a *app) fetchFlags(cmd *cobra.Command) {
+	durationSetting(cmd.Flags(), &a.cfg.FetchPollInterval, "FETCH_POLL_INTERVAL")
+}
+
 // serveFlags adds the settings of River UI and the metrics endpoint: ui
 // and run.
 func (a *app) serveFlags(cmd *cobra.Command) {

@@ -44,10 +44,10 @@ func TestHelpShowsOnlyTheCommandsFlags(t *testing.T) {
 		{[]string{"pool", "reset"}, append([]string{"to", "wait"}, db...)},
 		{[]string{"status"}, append([]string{"json", "watch"}, db...)},
 		{[]string{"dlq", "retry"}, append([]string{"all", "pool"}, db...)},
-		{[]string{"work"}, append(append([]string{"concurrency", "metrics-password", "metrics-user", "pool", "process-metrics-addr", "secret-env", "timeout", "webhook", "webhook-env"}, jobs...), db...)},
+		{[]string{"work"}, append(append([]string{"concurrency", "fetch-poll-interval", "metrics-password", "metrics-user", "pool", "process-metrics-addr", "secret-env", "timeout", "webhook", "webhook-env"}, jobs...), db...)},
 		{[]string{"fanout"}, append(append([]string{"metrics-password", "metrics-user", "process-metrics-addr", "retention-interval"}, fanout...), db...)},
 		{[]string{"ui"}, append(slices.Clone(serving), db...)},
-		{[]string{"run"}, append(append(append([]string{"demo", "demo-rate", "retention-interval"}, fanout...), jobs...), append(slices.Clone(serving), db...)...)},
+		{[]string{"run"}, append(append(append([]string{"demo", "demo-rate", "fetch-poll-interval", "retention-interval"}, fanout...), jobs...), append(slices.Clone(serving), db...)...)},
 		{[]string{"retention"}, append(append([]string{"apply", "batch-size", "json", "keep", "max-batches"}, jobs...), db...)},
 		{[]string{"retention", "set"}, append([]string{"keep", "off", "until-consumed"}, db...)},
 	} {

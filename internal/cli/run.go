@@ -47,6 +47,7 @@ the jobs.`,
 	a.retentionFlags(cmd)
 	a.serveFlags(cmd)
 	a.jobRetentionFlags(cmd)
+	a.fetchFlags(cmd)
 	return cmd
 }
 

@@ -118,6 +118,7 @@ its password and query values masked.`,
 	f.IntVar(&concurrency, "concurrency", 10, "deliveries in flight at once in this process")
 	f.DurationVar(&timeout, "timeout", webhook.TimeoutDefault, "bound on one delivery")
 	a.jobRetentionFlags(cmd)
+	a.fetchFlags(cmd)
 	a.processMetricsFlags(cmd)
 	_ = cmd.MarkFlagRequired("pool")
 	cmd.MarkFlagsOneRequired("webhook", "webhook-env")

@@ -44,6 +44,7 @@ type Config struct {
 	CompletedJobRetention time.Duration `envconfig:"RIVERBUS_COMPLETED_JOB_RETENTION" default:"24h" desc:"How long River's cleaner keeps completed jobs in river_job (and River UI); 0: forever. River's cleaner runs in a process that works jobs."`
 	CancelledJobRetention time.Duration `envconfig:"RIVERBUS_CANCELLED_JOB_RETENTION" default:"24h" desc:"How long River's cleaner keeps cancelled jobs in river_job; 0: forever."`
 	DiscardedJobRetention time.Duration `envconfig:"RIVERBUS_DISCARDED_JOB_RETENTION" default:"0s" desc:"How long River's cleaner keeps discarded jobs in river_job; 0: forever. Dead letters stay in riverbus_dead_letter either way."`
+	FetchPollInterval     time.Duration `envconfig:"RIVERBUS_FETCH_POLL_INTERVAL" default:"100ms" desc:"How often a worker process polls each River queue it works for jobs, on top of the insert notifications that wake it at once: the longest a lost notification delays a job. Each poll is a transaction, per queue: with hundreds of pools, 1s cuts an idle worker process's load about tenfold."`
 
 	UIAddr          string   `envconfig:"RIVERBUS_UI_ADDR" default:"127.0.0.1:8080" desc:"Address River UI listens on. A non-loopback address requires RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD."`
 	UIUser          string   `envconfig:"RIVERBUS_UI_USER" desc:"Basic-auth user for River UI; with RIVERBUS_UI_PASSWORD, the UI requires it."`
