@@ -30,6 +30,7 @@ type chaosResults struct {
 	discarded    int            // dead letters (discarded or cancelled jobs) of the process-worked pools
 
 	redeliveries int      // webhook deliveries beyond one per sequence
+	hookCuts     int      // webhook requests cut short by a kill of the worker
 	badHooks     []string // malformed webhook deliveries
 
 	mismatches int // projection: events applied other than once, and the total's difference
@@ -70,6 +71,7 @@ func (r *chaosRun) collect() *chaosResults {
 	hooks := r.hooks.snapshot()
 	res.redeliveries = hooks.deliveries - len(hooks.bySeq)
 	res.badHooks = hooks.bad
+	res.hookCuts = hooks.cut
 	for seq := range hooks.bySeq {
 		if !r.committed[seq] {
 			res.phantoms++
@@ -295,10 +297,10 @@ func (r *chaosRun) checkLate(res *chaosResults) {
 // events.
 func (r *chaosRun) report(res *chaosResults) {
 	t, ctx, db, a, h, nb := r.t, r.ctx, r.db, r.actions, res.horizon, res.neighbour
-	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d horizon_stalls=%d cancelled_jobs=%d forged_notifies=%d parse_locks=%d/%d advisory_locks=%d lock_waits=%d resume_breaches=%d temp_seq=%d/%d big_events=%dx%dMiB dead_letters_by_reason=%s wall=%s\n",
+	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d hook_cuts=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d horizon_stalls=%d cancelled_jobs=%d forged_notifies=%d parse_locks=%d/%d advisory_locks=%d lock_waits=%d resume_breaches=%d temp_seq=%d/%d big_events=%dx%dMiB dead_letters_by_reason=%s wall=%s\n",
 		r.dur, len(r.committed), r.load.rolledBack, res.longCommitted, a.preparedN.committed, a.preparedN.rolledBack,
 		len(a.poison), a.uiRetries, a.jumps, res.jobs[chaosProjection], res.jobs[chaosHooks], res.jobs[chaosOrdered],
-		res.totalLost(), res.duplicates, res.mismatches, res.violations, res.extraProblems, res.dlProblems, h.LateEvents, res.redeliveries,
+		res.totalLost(), res.duplicates, res.mismatches, res.violations, res.extraProblems, res.dlProblems, h.LateEvents, res.redeliveries, res.hookCuts,
 		r.kills, r.rescued, r.pgCrashes, len(res.stalled), r.stalls.horizonStalls, nb.cancelled, nb.forged, nb.locksHeld, nb.refused, nb.advHeld,
 		len(r.stalls.lockWaits), nb.breaches, nb.planted, nb.tempTried, nb.big, nb.bigSize>>20,
 		res.byReason, time.Since(r.began).Round(time.Second))
