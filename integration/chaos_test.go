@@ -255,6 +255,16 @@ func setUpChaos(t *testing.T) *chaosRun {
 // of the projection, ordered and hooks pools, and two fan-out processes —
 // one at a time (the test workers create their tables on start), each
 // waited for until it says it is working.
+// chaosRescueAfter is the test workers' RescueStuckJobsAfter in the chaos
+// run. River counts it from the fetch, and a big event's payload is read
+// from the log after the fetch and before the job's timeout (5 s) starts:
+// with 60 MiB events a margin of a second let River's rescuer start a second
+// attempt of a job whose first was still running, which the ordered pool's
+// check sees as two runs of one key at once. (riverbus's own default margin
+// is a minute.) Still below chaosStuckAfter, where the test's stand-in
+// rescuer takes over.
+const chaosRescueAfter = 15 * time.Second
+
 func (r *chaosRun) startProcesses() {
 	t, dbURL := r.t, r.dbURL
 	appEnv := func(slot string, gen int, env ...string) []string {
@@ -264,11 +274,12 @@ func (r *chaosRun) startProcesses() {
 	r.procs = []*chaosProc{
 		{name: chaosProjection, pool: chaosProjection, ready: "ready", run: func(gen int) *proc {
 			return start(t, dbURL, "testworker", appEnv(chaosProjection, gen), "-pool", chaosProjection, "-mode", "projection",
-				"-id", fmt.Sprintf("projection-%d", gen), "-concurrency", "20")
+				"-id", fmt.Sprintf("projection-%d", gen), "-concurrency", "20", "-rescue-after", chaosRescueAfter.String())
 		}},
 		{name: chaosOrdered, pool: chaosOrdered, ready: "ready", run: func(gen int) *proc {
 			return start(t, dbURL, "testworker", appEnv(chaosOrdered, gen), "-pool", chaosOrdered, "-mode", "ordered",
-				"-id", fmt.Sprintf("ordered-%d", gen), "-fail-rate", "0.05", "-max-delay", "2ms", "-concurrency", "60")
+				"-id", fmt.Sprintf("ordered-%d", gen), "-fail-rate", "0.05", "-max-delay", "2ms", "-concurrency", "60",
+				"-rescue-after", chaosRescueAfter.String())
 		}},
 		{name: chaosHooks, pool: chaosHooks, ready: "delivering pool hooks", run: func(gen int) *proc {
 			return start(t, dbURL, "riverbus", appEnv(chaosHooks, gen, "RIVERBUS_LOG_LEVEL=error"),
