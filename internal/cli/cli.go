@@ -332,12 +332,18 @@ func poolConfig(rawURL string) (*pgxpool.Config, error) {
 // (pooler.Check), naming the command (who) and the fix: each of these
 // commands LISTENs or runs River's leadership and notifier.
 func (a *app) connectRetrying(ctx context.Context, rawURL, who string) (*pgxpool.Pool, error) {
+	return a.connectRetryingConns(ctx, rawURL, who, 10)
+}
+
+// connectRetryingConns is connectRetrying with a pool of at least conns
+// connections (unless the URL's pool_max_conns says more).
+func (a *app) connectRetryingConns(ctx context.Context, rawURL, who string, conns int32) (*pgxpool.Pool, error) {
 	cfg, err := poolConfig(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.MaxConns < 10 {
-		cfg.MaxConns = 10
+	if cfg.MaxConns < conns {
+		cfg.MaxConns = conns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
