@@ -87,3 +87,15 @@ func TestREADMEConfigTable(t *testing.T) {
 	require.True(t, strings.Contains(string(readme), table),
 		"README.md's configuration table is out of date; replace it with:\n\n%s", table)
 }
+
+// The fetch poll interval reaches the River settings of the commands that
+// work jobs, from the environment or the flag.
+func TestFetchPollIntervalReachesTheWorkers(t *testing.T) {
+	t.Setenv("RIVERBUS_FETCH_POLL_INTERVAL", "2s")
+	c, err := parseSettings(t, "work", "--pool", "billing", "--webhook", "http://127.0.0.1:1/hook")
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, (&app{cfg: c}).workConfig().FetchPollInterval)
+	c, err = parseSettings(t, "run", "--fetch-poll-interval", "1s")
+	require.NoError(t, err)
+	require.Equal(t, time.Second, (&app{cfg: c}).workConfig().FetchPollInterval)
+}

@@ -74,10 +74,9 @@ its password and query values masked.`,
 			}
 			// Every delivery holds a connection while it reads its events
 			// from the log (seconds, for a big event), and River's fetch,
-			// completer and leader need theirs beside them: a pool smaller
-			// than the deliveries in flight made them queue behind each
-			// other, and the pool stopped. Bounded, as most deliveries wait
-			// on HTTP, not on the database.
+			// completer and leader need theirs beside them, so the pool
+			// follows the deliveries in flight rather than a fixed 10.
+			// Bounded, as most deliveries wait on HTTP, not on the database.
 			db, err := a.connectRetryingConns(ctx, u, "riverbus work", int32(max(10, min(concurrency+5, 50))))
 			if err != nil {
 				if ctx.Err() != nil {
