@@ -70,8 +70,8 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	e.adminURL = o.DatabaseURL
 	if e.adminURL == "" {
 		e.log.Info("bench: starting a throwaway PostgreSQL (durable: fsync and synchronous_commit on)")
-		// The raw River and PostgreSQL figures the README compares with were
-		// measured with 256MB.
+		// The figures of docs/performance.md are measured with 256MB, so
+		// that runs on different machines compare.
 		settings := map[string]string{"shared_buffers": "256MB"}
 		if pgserver.HasLibrary("pg_stat_statements") {
 			// Loaded but tracking nothing, except in the databases that
