@@ -176,7 +176,6 @@ with OpenTelemetry when the standard OTEL_* variables ask for it
 		a.uiCommand(),
 		a.workCommand(),
 		a.tailCommand(),
-		a.benchCommand(),
 		a.statusCommand(),
 		a.dlqCommand(),
 		a.appendCommand(),
