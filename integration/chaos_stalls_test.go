@@ -267,7 +267,7 @@ FROM pg_stat_activity WHERE application_name LIKE $1 ORDER BY application_name, 
 // stall names its cause. With RIVERBUS_CHAOS_DEBUG it also writes every
 // goroutine's stack to a file in RIVERBUS_CHAOS_DEBUG_DIR (else the system's
 // temporary directory): the test process's, for a pool it works itself; the
-// worker process's, which it ends with SIGQUIT for that (the run restarts it
+// worker process's, which it ends with SIGABRT for that (the run restarts it
 // as after a kill).
 func (s *chaosStalls) describeStall(ctx context.Context, r *chaosRun, pool string) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -305,13 +305,14 @@ func (s *chaosStalls) describeStall(ctx context.Context, r *chaosRun, pool strin
 	if p == nil {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	// SIGABRT, not SIGQUIT, which go test's children inherit ignored.
+	_ = p.cmd.Process.Signal(syscall.SIGABRT)
 	select {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
 	}
 	out := p.out.String()
-	if i := strings.Index(out, "SIGQUIT"); i >= 0 {
+	if i := strings.Index(out, "SIGABRT"); i >= 0 {
 		out = out[i:]
 	}
 	f := filepath.Join(cmp.Or(os.Getenv("RIVERBUS_CHAOS_DEBUG_DIR"), os.TempDir()), fmt.Sprintf("stall-%s-%.0f.txt", pool, r.elapsed()))

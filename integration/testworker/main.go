@@ -199,7 +199,7 @@ func run(ctx context.Context, concurrency int, rescueAfter time.Duration) error 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &worker{})
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	opts := riverclient.Opts{Queues: map[string]int{queue: concurrency}, Workers: ws, Config: workers.Config{JobTimeout: 5 * time.Second, Logger: logger}}
+	opts := riverclient.Opts{Queues: map[string]int{queue: concurrency}, Workers: ws, Config: workers.Config{JobTimeout: 5 * time.Second, RescueStuckJobsAfter: rescueAfter, Logger: logger}}
 	if ordered {
 		// As a riverbus.Client binds an ordered pool's queue: more River
 		// slots than handlers.
@@ -209,7 +209,6 @@ func run(ctx context.Context, concurrency int, rescueAfter time.Duration) error 
 	if err != nil {
 		return err
 	}
-	cfg.RescueStuckJobsAfter = rescueAfter
 	cfg.ID = "testworker-" + workerID
 	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
 	if err != nil {

@@ -46,7 +46,7 @@ var payloadInLog = []byte(`"payload_in_log"`)
 // the same payload beside the first, which slows every read further, and
 // the pool stops finishing anything while the process's memory grows
 // without bound. So a read gets at most half the margin River leaves
-// beside JobTimeout (budget), and a client reads at most PayloadReadsMax
+// beside JobTimeout (budget), and a process reads at most PayloadReadsMax
 // jobs' payloads at once: a job that finds them all taken for half its
 // budget is snoozed (River retries it soon, without using an attempt,
 // here or in another process), and a read that outlives its budget fails
@@ -56,15 +56,42 @@ type resolvePayloads struct {
 
 	budget      time.Duration // the most one job spends waiting for and reading its payloads
 	rescueAfter time.Duration // the client's RescueStuckJobsAfter, for the error
-	reads       chan struct{} // a token per read in flight
+	reads       chan struct{} // a token per read in flight: payloadReads, but in tests
 }
 
-// PayloadReadsMax is how many jobs' big payloads one client reads at once.
-// Each read holds a few copies of payloads of up to the log's event limit in
-// memory, so this bounds a worker process's memory whatever its
-// concurrency; reads of big payloads are bound by the server's CPU
-// (jsonb's text output), which more at once would not speed up.
+// PayloadReadsMax is how many jobs' big payloads one process reads at once,
+// whatever reads them (this hook, the webhook worker) and however many
+// clients it runs. Each read holds a few copies of payloads of up to the
+// log's event limit in memory, so this bounds a worker process's memory
+// whatever its concurrency; reads of big payloads are bound by the
+// server's CPU (jsonb's text output), which more at once would not speed
+// up.
 const PayloadReadsMax = 2
+
+// payloadReads holds a token per big-payload read in flight in the process.
+var payloadReads = make(chan struct{}, PayloadReadsMax)
+
+// PayloadRead waits up to wait for one of the process's PayloadReadsMax
+// big-payload reads, and returns the function that gives it back. When all
+// stay taken it returns River's snooze (PayloadSnooze), which retries the
+// job without using an attempt, here or in another process; when ctx ends
+// first, ctx's error.
+func PayloadRead(ctx context.Context, wait time.Duration) (release func(), err error) {
+	return acquireRead(ctx, payloadReads, wait)
+}
+
+func acquireRead(ctx context.Context, reads chan struct{}, wait time.Duration) (func(), error) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case reads <- struct{}{}:
+		return func() { <-reads }, nil
+	case <-timer.C:
+		return nil, river.JobSnooze(PayloadSnooze)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
 
 // PayloadSnooze is how long a job waits, without using an attempt, when
 // PayloadReadsMax reads were in flight for half its budget.
@@ -77,7 +104,7 @@ func newResolvePayloads(jobTimeout, rescueAfter time.Duration) *resolvePayloads 
 	if jobTimeout > 0 {
 		margin -= jobTimeout
 	}
-	return &resolvePayloads{budget: margin / 2, rescueAfter: rescueAfter, reads: make(chan struct{}, PayloadReadsMax)}
+	return &resolvePayloads{budget: margin / 2, rescueAfter: rescueAfter, reads: payloadReads}
 }
 
 type skipPayloadsKey struct{}
@@ -112,16 +139,11 @@ func (r *resolvePayloads) WorkBegin(ctx context.Context, job *rivertype.JobRow) 
 func (r *resolvePayloads) resolve(jobCtx context.Context, job *rivertype.JobRow, query payloadQuery) error {
 	ctx, cancel := context.WithTimeout(jobCtx, r.budget)
 	defer cancel()
-	wait := time.NewTimer(r.budget / 2)
-	defer wait.Stop()
-	select {
-	case r.reads <- struct{}{}:
-		defer func() { <-r.reads }()
-	case <-wait.C:
-		return river.JobSnooze(PayloadSnooze)
-	case <-jobCtx.Done():
-		return jobCtx.Err()
+	release, err := acquireRead(jobCtx, r.reads, r.budget/2)
+	if err != nil {
+		return err
 	}
+	defer release()
 	args, err := resolveArgs(ctx, job.EncodedArgs, query)
 	if err != nil {
 		if ctx.Err() != nil && jobCtx.Err() == nil {

@@ -71,6 +71,7 @@ func TestResolveArgs(t *testing.T) {
 // worker process grew past 11 GB.
 func TestResolvePayloadsReadsAtMostPayloadReadsMax(t *testing.T) {
 	r := newResolvePayloads(time.Second, 3*time.Second) // budget 1 s
+	r.reads = make(chan struct{}, PayloadReadsMax)      // the process's own, as every client shares it
 	var inFlight, most atomic.Int32
 	release := make(chan struct{})
 	query := func(ctx context.Context, seqs []int64, ids []uuid.UUID) ([]int64, []string, []string, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/riverclient"
 )
 
 // A job row is not evidence: any riverbus_worker login may insert or
@@ -137,6 +138,24 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 	raws := make([]string, len(c.events))
 	for i, e := range c.events {
 		seqs[i], raws[i] = e.GlobalSequence, string(e.raw)
+	}
+	if bytes.Contains(job.EncodedArgs, []byte(`"payload_in_log"`)) {
+		// The envelope of a big event is rebuilt from the log: one of the
+		// process's few big reads at once (riverclient.PayloadRead), so
+		// the deliveries' memory does not follow --concurrency. Waiting
+		// for one takes at most the delivery's own Timeout (without one,
+		// half of what is left of the job's time).
+		wait := w.timeout
+		if deadline, ok := ctx.Deadline(); wait <= 0 && ok {
+			wait = time.Until(deadline) / 2
+		} else if wait <= 0 {
+			wait = TimeoutDefault
+		}
+		release, err := riverclient.PayloadRead(ctx, wait)
+		if err != nil {
+			return nil, uuid.Nil, err
+		}
+		defer release()
 	}
 	var l logEvents
 	if err := client.Driver().GetExecutor().QueryRow(ctx, sqlLogEvents, w.pool, seqs, raws).Scan(

@@ -270,6 +270,9 @@ func (w *worker) Work(ctx context.Context, job *river.Job[poolArgs]) (err error)
 		w.logger.WarnContext(ctx, "webhook refused a job that is not the log's", append(attrs, "reason", reason)...)
 		return errors.New(reason)
 	}
+	if snooze := (*rivertype.JobSnoozeError)(nil); errors.As(err, &snooze) {
+		return err // the process's big reads were all taken: soon, no attempt used
+	}
 	if err != nil {
 		err = w.shown(err)
 		w.logger.WarnContext(ctx, "webhook delivery failed", append(attrs, "error", err)...)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -345,4 +347,36 @@ func TestDeliveryOfABigEvent(t *testing.T) {
 		require.Contains(t, forged.Errors[0], "payload_in_log", args)
 	}
 	require.Len(t, rcv.deliveries(), 2, "only the two real events were sent")
+}
+
+// A big event's envelope is read with one of the process's few big reads
+// (riverclient.PayloadRead), which every client and webhook in the process
+// share: while they are all taken the delivery is snoozed, not attempted
+// (no request, no attempt used), and it goes out once one is free. Not
+// parallel: it takes the process's reads from the other tests.
+func TestBigDeliveriesShareTheProcessReads(t *testing.T) {
+	ctx := context.Background()
+	rcv := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {})
+	b := setupWith(t, setupOpts{Webhook: webhook.Config{URL: rcv.URL, Secret: []byte("0123456789abcdef0123456789abcdef"), Timeout: 2 * time.Second}})
+
+	var releases []func()
+	for range riverclient.PayloadReadsMax {
+		release, err := riverclient.PayloadRead(ctx, time.Second)
+		require.NoError(t, err)
+		releases = append(releases, sync.OnceFunc(release))
+		t.Cleanup(releases[len(releases)-1])
+	}
+	_, jobID := b.appendEvent(t, "order.placed", "order-1", `{"s": "`+strings.Repeat("a", 1<<20)+`"}`)
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		var snoozes int
+		err := b.db.QueryRow(ctx, `SELECT coalesce((metadata->>'snoozes')::int, 0) FROM river_job WHERE id = $1`, jobID).Scan(&snoozes)
+		return err == nil && snoozes >= 1
+	}, "the delivery is snoozed while the process's big reads are taken")
+	require.Empty(t, rcv.deliveries(), "no request while no read was free")
+	for _, release := range releases {
+		release()
+	}
+	job := waitJobState(t, b.db, jobID, rivertype.JobStateCompleted)
+	require.Empty(t, job.Errors, "a snooze is no failed attempt")
+	require.Len(t, rcv.deliveries(), 1)
 }
