@@ -305,7 +305,17 @@ func (s *chaosStalls) describeStall(ctx context.Context, r *chaosRun, pool strin
 	if p == nil {
 		return
 	}
-	// SIGABRT, not SIGQUIT, which go test's children inherit ignored.
+	// Where its threads wait in the kernel (a full pipe, a futex, a
+	// socket), in case it cannot print its goroutines.
+	var threads []string
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", p.cmd.Process.Pid))
+	for _, task := range tasks {
+		wchan, _ := os.ReadFile(filepath.Join(task, "wchan"))
+		stat, _ := os.ReadFile(filepath.Join(task, "stat"))
+		threads = append(threads, filepath.Base(task)+" "+string(wchan)+" "+strings.TrimSpace(string(stat)))
+	}
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	r.t.Logf("pool %s: its worker's threads:\n\t%s\n%s", pool, strings.Join(threads, "\n\t"), status)
 	_ = p.cmd.Process.Signal(syscall.SIGABRT)
 	select {
 	case <-p.done:
