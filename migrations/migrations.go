@@ -526,8 +526,8 @@ func handOver(ctx context.Context, tx pgx.Tx, m Migration, private string) error
 	if m.Version <= SchemaCheckVersion {
 		return nil // code before the check stops only by being stopped
 	}
-	var needs int
-	if err := tx.QueryRow(ctx, sqlSchemaNeeds).Scan(&needs); err != nil {
+	var schema, needs int
+	if err := tx.QueryRow(ctx, sqlSchemaVersions).Scan(&schema, &needs); err != nil {
 		return fmt.Errorf("read the schema's needs: %w", err)
 	}
 	if m.needs() <= needs {
@@ -538,11 +538,9 @@ func handOver(ctx context.Context, tx pgx.Tx, m Migration, private string) error
 	return err
 }
 
-// sqlSchemaNeeds: the oldest code version that may run against the
-// schema (migration 022's riverbus_migration.oldest_code).
-const sqlSchemaNeeds = `SELECT coalesce(max(coalesce(oldest_code, version)), 0) FROM riverbus_migration`
-
-// sqlSchemaVersions: the schema's version and its needs.
+// sqlSchemaVersions: the schema's version and its needs, the oldest code
+// version that may run against it (migration 022's
+// riverbus_migration.oldest_code), as riverbus_schema_check reads them.
 const sqlSchemaVersions = `SELECT coalesce(max(version), 0), coalesce(max(coalesce(oldest_code, version)), 0) FROM riverbus_migration`
 
 // ensurePrivateSchema creates the install's private schema and the table
