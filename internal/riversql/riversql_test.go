@@ -38,7 +38,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 const recheck = `check riversql against the new River, then set RiverVersion:
   - the insert notification: River's notifier topic (internal/notifier, NotificationTopicInsert),
     its payload (Client.maybeNotifyInsertForQueues), the channel its Listener LISTENs on
-    (riverpgxv5 Listener.Connect/Listen): NotifyInsert, and migrations 003, 005, 009, 012;
+    (riverpgxv5 Listener.Connect/Listen): NotifyInsert, and riverbus_release_lanes in
+    migrations/sql/current/03_lanes.sql (the current text; regenerate schema.sql);
   - river_job's columns and defaults (riverpgxv5/migration/main) and River's bulk insert
     (riverpgxv5 JobInsertFastManyNoReturning): JobColumnList, JobRow;
   - river_queue and River's QueueCreateOrSetUpdatedAt: QueueEnsure;
