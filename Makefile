@@ -24,8 +24,9 @@ test/race: ## Every test with the race detector
 test/short: ## Fast tests only (skips multi-process and restart tests)
 	$(GO) test -count=1 -short $(PKGS)
 
-bench: build ## Benchmarks beside raw River: table + bench/results.json (about 18 min on 2 cores; BENCH_FLAGS="--scale 0.1" for a quick look)
-	./bin/riverbus bench $(BENCH_FLAGS)
+bench: ## Build bin/riverbus-bench and run it: riverbus beside raw River, table + bench/results.json (about 18 min on 2 cores; BENCH_FLAGS="--scale 0.1" for a quick look)
+	$(GO) build -o bin/riverbus-bench ./cmd/riverbus-bench
+	./bin/riverbus-bench $(BENCH_FLAGS)
 
 chaos: ## Try hard to lose an event for 5 min (CHAOS_DURATION=30m for longer): kill -9s, a PostgreSQL crash, late commits
 	RIVERBUS_CHAOS_DURATION=$(or $(CHAOS_DURATION),5m) $(GO) test ./integration -run TestChaos -count=1 -v -timeout 2h

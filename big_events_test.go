@@ -197,3 +197,72 @@ func TestBigEventsTravelByReference(t *testing.T) {
 	defer rec.mu.Unlock()
 	require.Equal(t, 4, rec.calls["big-plain"], "no handler ran for the job")
 }
+
+type bigSlowArgs struct{ workers.Args }
+
+func (bigSlowArgs) Kind() string { return "big-slow" }
+
+// Reading a big event's payload counts against the job's time: River
+// bounds only Work by JobTimeout, and rescues a job still running
+// RescueStuckJobsAfter after it began, starting it again beside the first
+// attempt. A read held up past half that margin (here by a lock on the log;
+// in production by a server busy with other big reads) fails the attempt
+// with an error naming the setting, rather than running on while the job
+// is rescued and read again; once the log can be read, the next attempt
+// delivers the whole event.
+func TestBigEventReadGivesWayBeforeRescue(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+
+	fanout, err := riverbus.NewClient(b.db, nil)
+	require.NoError(t, err)
+	_, _, err = fanout.PoolCreate(ctx, bustype.PoolParams{Name: "big-slow", Retry: bustype.RetrySchedule{Base: 100 * time.Millisecond, Factor: 1, MaxDelay: 100 * time.Millisecond}})
+	require.NoError(t, err)
+	require.NoError(t, fanout.Start(ctx))
+	random := make([]byte, 96<<10)
+	_, err = rand.Read(random)
+	require.NoError(t, err)
+	appended, err := outbox.Append(ctx, b.db, outbox.Event{Type: "stored-big", Key: "k",
+		Data: json.RawMessage(fmt.Sprintf(`{"s": %q}`, base64.StdEncoding.EncodeToString(random)))})
+	require.NoError(t, err)
+	seq := appended[0].GlobalSequence
+	var id int64
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		return b.db.QueryRow(ctx, `SELECT id FROM river_job WHERE kind = 'big-slow'`).Scan(&id) == nil
+	}, "the fan-out makes the event's job")
+	require.NoError(t, fanout.Stop(ctx))
+
+	// Nothing may read the log until the lock is released.
+	lock, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(ctx, `LOCK TABLE riverbus_event IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	rec := &payloadRecorder{events: map[string]map[int64]bustype.Event{}, calls: map[string]int{}}
+	ws := riverbus.NewWorkers()
+	riverbus.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigSlowArgs]) error {
+		rec.add("big-slow", job.Args.Event)
+		return nil
+	}), nil)
+	work, err := riverbus.NewClient(b.db, &riverbus.Config{FanoutDisabled: true, Workers: ws,
+		Work: workers.Config{JobTimeout: time.Second, RescueStuckJobsAfter: 3 * time.Second}})
+	require.NoError(t, err)
+	require.NoError(t, work.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, work.Stop(context.Background())) })
+	t.Cleanup(func() { _ = lock.Rollback(context.Background()) }) // first: Stop waits for the job's read
+
+	var firstError string
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		return b.db.QueryRow(ctx, `SELECT errors[1]->>'error' FROM river_job WHERE id = $1 AND errors[1] IS NOT NULL`, id).Scan(&firstError) == nil
+	}, "the first attempt ends while the log is locked")
+	require.Contains(t, firstError, "reading its big events' payloads from riverbus_event took over 1s")
+	require.Contains(t, firstError, "RescueStuckJobsAfter 3s")
+	require.Zero(t, rec.count("big-slow"), "no handler ran without the payload")
+
+	require.NoError(t, lock.Rollback(ctx))
+	testwait.Eventually(t, 60*time.Second, func() bool { return rec.count("big-slow") == 1 }, "a later attempt delivers the event")
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	got := rec.events["big-slow"][seq]
+	require.JSONEq(t, fmt.Sprintf(`{"s": %q}`, base64.StdEncoding.EncodeToString(random)), string(got.Data), "the whole payload")
+}

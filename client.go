@@ -35,7 +35,7 @@ var ErrNotMigrated = errors.New("riverbus: the database is not migrated")
 
 // SchemaTooNewError is returned by Start, and by Err once a started Client
 // stopped on its own, when the schema needs newer code than this build: a
-// newer build migrated the database (README "Upgrading riverbus").
+// newer build migrated the database (docs/operations.md, "Upgrading riverbus").
 type SchemaTooNewError = migrations.SchemaTooNewError
 
 // Client runs riverbus in a process (Start, Stop) and is the operator API

@@ -31,7 +31,7 @@ type Config struct {
 	CheckpointInterval time.Duration
 
 	// Retention configures the service that applies the event retention
-	// policy (README "Retention") in this Client. Ignored with
+	// policy (docs/operations.md, "Event retention") in this Client. Ignored with
 	// FanoutDisabled.
 	Retention RetentionConfig
 

@@ -54,5 +54,5 @@
 // run that way.
 //
 // The vocabulary (events, pools and their settings, envelopes, errors) is in
-// package bustype; DESIGN.md in the repository explains the guarantees.
+// package bustype; docs/design.md in the repository explains the guarantees.
 package riverbus

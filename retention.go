@@ -33,7 +33,7 @@ func (o *RetentionOpts) internal() *retention.Opts {
 }
 
 // RetentionPolicy returns the event retention policy and where the log
-// begins (README "Retention").
+// begins (docs/operations.md, "Event retention").
 func (c *Client) RetentionPolicy(ctx context.Context) (bustype.RetentionPolicy, error) {
 	return retention.GetPolicy(ctx, c.db)
 }

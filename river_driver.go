@@ -24,7 +24,7 @@ import (
 // requests of running jobs, so a message lost on the way takes effect all
 // the same. Any login of the database may NOTIFY River's channel, grants or
 // not: with riverpgxv5.New, any of them can end a client's running jobs
-// cancelled and pause its queues (README, Security model).
+// cancelled and pause its queues (docs/security.md).
 //
 // Build db with ConfigurePool, so that a DBA's limits on the database's
 // sessions cannot cut River's fetches and completions short.

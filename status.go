@@ -64,7 +64,7 @@ type Status struct {
 	RetentionTrimmedThrough int64 `json:"retention_trimmed_through"`
 	RetentionEventsTrimmed  int64 `json:"retention_events_trimmed_total"`
 	// RetentionEnabled and RetentionKeepSeconds are the retention policy
-	// (README "Event retention"); OldestEventAgeSeconds is how long ago,
+	// (docs/operations.md, "Event retention"); OldestEventAgeSeconds is how long ago,
 	// by the database's clock, the oldest event still in the log was
 	// appended (0 when the log is empty): the time the keep period runs on,
 	// which no appender chooses, so an event claiming to occur in the
@@ -93,7 +93,7 @@ type Status struct {
 }
 
 // StatusFailover is what riverbus did when it found the database on a new
-// WAL timeline (DESIGN.md §2.8): the sequences it moved past every number
+// WAL timeline (docs/design.md §2.8): the sequences it moved past every number
 // the old timeline could have handed out, and the jobs that were running
 // there, retried at once.
 type StatusFailover struct {

@@ -17,7 +17,7 @@ type WorkerOpts struct {
 	// time. Zero: MaxWorkersDefault. Pools that share a River queue add up.
 	// A queue holding an ordered pool gets twice that many River slots
 	// (jobs waiting for their lane hand-off to commit hold one), with
-	// handlers still capped at MaxWorkers (README, Ordered pools).
+	// handlers still capped at MaxWorkers (docs/operations.md, "Ordered pools").
 	MaxWorkers int
 }
 

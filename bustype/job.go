@@ -111,7 +111,7 @@ type EventHead struct {
 // middleware of every River client riverbus configures reads the payload
 // from riverbus_event before River decodes the args, so a handler gets the
 // EventJob or GroupJob with every event whole. River UI and `dlq show`
-// show the reference as the job row holds it. DESIGN.md §3 says why.
+// show the reference as the job row holds it. docs/design.md §3 says why.
 type EventJobRef struct {
 	EventHead
 	Late         bool `json:"late,omitempty"`

@@ -2,7 +2,7 @@ package bustype
 
 import "fmt"
 
-// Problem codes: what breaks the gap proof's assumptions (DESIGN.md §2.4).
+// Problem codes: what breaks the gap proof's assumptions (docs/design.md §2.4).
 const (
 	ProblemSequenceCache         = "sequence_cache"
 	ProblemSequenceIncrement     = "sequence_increment"
@@ -23,7 +23,7 @@ var ProblemCodes = []string{
 }
 
 // HorizonProblem is a broken assumption of the gap proof: while one that
-// Blocks holds, the horizon proves and skips no gap (DESIGN.md §2.4).
+// Blocks holds, the horizon proves and skips no gap (docs/design.md §2.4).
 type HorizonProblem struct {
 	// Code is one of the Problem* constants.
 	Code string `json:"code"`

@@ -2,7 +2,7 @@ package bustype
 
 import "time"
 
-// RetentionPolicy is the event retention policy (README "Retention"): one
+// RetentionPolicy is the event retention policy (docs/operations.md, "Event retention"): one
 // row in riverbus_retention, set by the owner with `riverbus retention set`
 // (Client.RetentionSet).
 type RetentionPolicy struct {

@@ -11,7 +11,7 @@
 // when a snapshot proves every transaction that could hold it has ended, and
 // after Config.GapTimeout otherwise. A skipped sequence that commits later
 // is a late event: delivered to every pool that passed it, flagged late.
-// DESIGN.md §2 gives the proof and what it assumes of the sequence.
+// docs/design.md §2 gives the proof and what it assumes of the sequence.
 //
 // # Fan-out
 //
@@ -23,5 +23,5 @@
 // it. Any number of processes may run the
 // fan-out against one database; a pool's batches never overlap (a row lock
 // skipped by the others). An event that cannot become a job becomes a dead
-// letter of the pool with the reason, and the batch goes on (DESIGN.md §3).
+// letter of the pool with the reason, and the batch goes on (docs/design.md §3).
 package fanout

@@ -28,7 +28,7 @@ import (
 	"github.com/riverbus/riverbus/outbox"
 )
 
-// The neighbour's moves and the application login's (issue #21): what a
+// The neighbour's moves and the application login's: what a
 // login with no riverbus grant, or with riverbus_app only, can try against
 // a running riverbus. None of it may lose, cancel or stall anything.
 const (

@@ -77,7 +77,7 @@ func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaos
 		// The test stands in for the rescuer of killed processes; this
 		// client is never killed, but the PostgreSQL crash may lose a
 		// completion: such a job is rescued after this.
-		Config: workers.Config{JobTimeout: 10 * time.Second, RescueStuckJobsAfter: 15 * time.Second, Logger: slog.New(slog.DiscardHandler)}})
+		Config: workers.Config{JobTimeout: 5 * time.Second, RescueStuckJobsAfter: chaosRescueAfter, Logger: slog.New(slog.DiscardHandler)}})
 	require.NoError(t, err)
 	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
 	require.NoError(t, err)

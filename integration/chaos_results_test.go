@@ -292,7 +292,7 @@ func (r *chaosRun) checkLate(res *chaosResults) {
 }
 
 // report prints the run's summary line ("chaos: ...", which `make chaos`
-// shows and the README quotes: keep its format) and logs the details a
+// shows and docs/guarantees.md quotes: keep its format) and logs the details a
 // post-mortem needs: late and gap figures, the dead letters and the lost
 // events.
 func (r *chaosRun) report(res *chaosResults) {

@@ -1,12 +1,18 @@
 package integration_test
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +56,7 @@ type chaosStalls struct {
 	// Per pool worked by a process: its newest process and the line it
 	// prints when ready, until it is seen.
 	starting   map[string]chaosStarting
+	procOf     map[string]*proc     // per pool worked by a process: its newest process
 	quietUntil map[string]time.Time // per pool: no stall counted before
 	allQuiet   time.Time            // no stall counted before (the crash)
 	crashing   bool
@@ -75,7 +82,7 @@ type chaosStarting struct {
 // startStallWatch starts the watcher; stopStallWatch ends it.
 func (r *chaosRun) startStallWatch() {
 	ctx, stop := context.WithCancel(r.ctx)
-	s := &chaosStalls{db: r.db, stop: stop, done: make(chan struct{}), starting: map[string]chaosStarting{},
+	s := &chaosStalls{db: r.db, stop: stop, done: make(chan struct{}), starting: map[string]chaosStarting{}, procOf: map[string]*proc{},
 		quietUntil: map[string]time.Time{}, fanouts: map[string]time.Time{}, since: map[string]time.Time{}, stalledPools: map[string]bool{},
 		lockWaits: map[string]bool{}}
 	for _, c := range r.procs {
@@ -101,6 +108,7 @@ func (s *chaosStalls) started(c *chaosProc) {
 		return
 	}
 	s.starting[c.pool] = chaosStarting{p: c.p, ready: c.ready}
+	s.procOf[c.pool] = c.p
 }
 
 // crash brackets the PostgreSQL crash: nothing is watched from its start
@@ -223,6 +231,7 @@ func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
 				s.stalledPools[pool] = true
 				s.episodes = append(s.episodes, fmt.Sprintf("%5.1fs pool %s: jobs due for %s, none started or finished", r.elapsed(), pool, chaosStallAfter))
 				r.t.Logf("%5.1fs STALL: pool %s has had jobs due for %s and started or finished none", r.elapsed(), pool, chaosStallAfter)
+				s.describeStall(ctx, r, pool)
 			}
 		}
 		switch {
@@ -246,3 +255,66 @@ func (s *chaosStalls) waits() []string { return slices.Sorted(maps.Keys(s.lockWa
 
 // stalledNames lists the pools that stalled while watched, sorted.
 func (s *chaosStalls) stalledNames() []string { return slices.Sorted(maps.Keys(s.stalledPools)) }
+
+// sqlPoolSessions lists what the sessions of a pool's worker processes
+// ($1: their application_name prefix) are doing.
+const sqlPoolSessions = `SELECT pid || ' ' || application_name || ' ' || coalesce(state, '') || ' ' ||
+	coalesce(wait_event_type || ':' || wait_event, '-') || ' for ' || coalesce(round(extract(epoch FROM now() - state_change))::text, '?') || 's: ' ||
+	left(regexp_replace(coalesce(query, ''), '\s+', ' ', 'g'), 120)
+FROM pg_stat_activity WHERE application_name LIKE $1 ORDER BY application_name, pid`
+
+// describeStall logs what a stalled pool's worker sessions are doing, so a
+// stall names its cause. With RIVERBUS_CHAOS_DEBUG it also writes every
+// goroutine's stack to a file in RIVERBUS_CHAOS_DEBUG_DIR (else the system's
+// temporary directory): the test process's, for a pool it works itself; the
+// worker process's, which it ends with SIGQUIT for that (the run restarts it
+// as after a kill).
+func (s *chaosStalls) describeStall(ctx context.Context, r *chaosRun, pool string) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rows, err := s.db.Query(qctx, sqlPoolSessions, "chaos-"+pool+"-%")
+	var sessions []string
+	if err == nil {
+		sessions, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		r.t.Logf("pool %s: its sessions could not be read: %v", pool, err)
+		return
+	}
+	r.t.Logf("pool %s: %d sessions of its worker process:\n\t%s", pool, len(sessions), strings.Join(sessions, "\n\t"))
+	var jobs string
+	err = s.db.QueryRow(qctx, `SELECT coalesce(string_agg(state || ' ' || n || ' (oldest attempt ' || coalesce(age::text, '-') || ', by ' || coalesce(by, '-') || ')', '; '), 'none')
+		|| ' | queue paused_at ' || coalesce((SELECT q.paused_at::text FROM river_queue q JOIN riverbus_pool p ON p.queue = q.name WHERE p.name = $1), '-')
+		FROM (SELECT state::text, count(*) n, round(extract(epoch FROM now() - min(attempted_at)))::int age, string_agg(DISTINCT attempted_by[array_length(attempted_by, 1)], ',') by
+			FROM river_job WHERE kind = $1 AND state IN ('available', 'running', 'retryable', 'scheduled') GROUP BY state) x`, pool).Scan(&jobs)
+	r.t.Logf("pool %s: jobs %s (err %v)", pool, jobs, err)
+	if os.Getenv("RIVERBUS_CHAOS_DEBUG") == "" {
+		return
+	}
+	if !slices.Contains(chaosProcPools, pool) {
+		var b bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+		f := filepath.Join(cmp.Or(os.Getenv("RIVERBUS_CHAOS_DEBUG_DIR"), os.TempDir()), fmt.Sprintf("stall-%s-%.0f.txt", pool, r.elapsed()))
+		_ = os.WriteFile(f, b.Bytes(), 0o644)
+		r.t.Logf("pool %s: the test process's goroutines are in %s", pool, f)
+		return
+	}
+	s.mu.Lock()
+	p := s.procOf[pool]
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+	out := p.out.String()
+	if i := strings.Index(out, "SIGQUIT"); i >= 0 {
+		out = out[i:]
+	}
+	f := filepath.Join(cmp.Or(os.Getenv("RIVERBUS_CHAOS_DEBUG_DIR"), os.TempDir()), fmt.Sprintf("stall-%s-%.0f.txt", pool, r.elapsed()))
+	_ = os.WriteFile(f, []byte(out), 0o644)
+	r.t.Logf("pool %s: its worker process's goroutines are in %s; the run restarts it", pool, f)
+}

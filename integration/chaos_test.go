@@ -94,7 +94,8 @@ func chaosDuration(t *testing.T) time.Duration {
 // order, and late events delivered. It prints one line of figures
 // ("chaos: ..."). Writers pause while the backlog is over chaosMaxBacklog, so
 // the drain stays short on a slow or busy machine. RIVERBUS_CHAOS_DEBUG=1
-// logs every 2 s what the fan-out sessions are doing.
+// logs every 2 s what the fan-out sessions are doing, and at a stall the
+// goroutines of whatever works the pool (describeStall).
 //
 // River rescues the jobs of a killed worker only after RescueStuckJobsAfter
 // (two minutes for riverbus work) and on its elected leader's 30 s rescuer
@@ -255,15 +256,14 @@ func setUpChaos(t *testing.T) *chaosRun {
 // of the projection, ordered and hooks pools, and two fan-out processes —
 // one at a time (the test workers create their tables on start), each
 // waited for until it says it is working.
-// chaosRescueAfter is the test workers' RescueStuckJobsAfter in the chaos
-// run. River counts it from the fetch, and a big event's payload is read
-// from the log after the fetch and before the job's timeout (5 s) starts:
-// with 60 MiB events a margin of a second let River's rescuer start a second
-// attempt of a job whose first was still running, which the ordered pool's
-// check sees as two runs of one key at once. (riverbus's own default margin
-// is a minute.) Still below chaosStuckAfter, where the test's stand-in
-// rescuer takes over.
-const chaosRescueAfter = 15 * time.Second
+// chaosRescueAfter is the RescueStuckJobsAfter of the test workers and of
+// the test's own client in the chaos run. A worker reads a big event's
+// payload from the log before the job's timeout (5 s) starts, and gets half
+// the margin beyond it for that (riverclient's resolvePayloads): 10 s, which
+// a 60 MiB payload needs on a busy two-core machine. (riverbus's own default
+// margin is a minute.) Jobs then end within 15 s, below chaosStuckAfter,
+// where the test's stand-in rescuer takes over.
+const chaosRescueAfter = 25 * time.Second
 
 func (r *chaosRun) startProcesses() {
 	t, dbURL := r.t, r.dbURL

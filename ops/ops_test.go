@@ -496,9 +496,9 @@ func TestAlertRulesTested(t *testing.T) {
 	require.Positive(t, n)
 }
 
-// The README's table of alerts lists every alert of the rules, in their
-// order, with its severity.
-func TestREADMEAlertTable(t *testing.T) {
+// The table of alerts in docs/operations.md lists every alert of the rules,
+// in their order, with its severity.
+func TestOperationsDocAlertTable(t *testing.T) {
 	t.Parallel()
 	var want []string
 	for _, g := range readRules(t, readFile(t, rulesFile)).Groups {
@@ -510,10 +510,10 @@ func TestREADMEAlertTable(t *testing.T) {
 	}
 	row := regexp.MustCompile("(?m)^\\| `(Riverbus\\w+)` \\| (\\w+) \\|")
 	var got []string
-	for _, m := range row.FindAllStringSubmatch(string(readFile(t, "../README.md")), -1) {
+	for _, m := range row.FindAllStringSubmatch(string(readFile(t, "../docs/operations.md")), -1) {
 		got = append(got, m[1]+" "+m[2])
 	}
-	require.Equal(t, want, got, "README.md's alert table (Dashboards and alerts)")
+	require.Equal(t, want, got, "docs/operations.md's alert table (Dashboards and alerts)")
 }
 
 // RiverbusRetentionHeld fires on what riverbus exports when an event that

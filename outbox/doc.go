@@ -3,7 +3,7 @@
 //
 // An event committed with the application's state change is fanned out as
 // one River job per consumer pool; an event whose transaction rolls back was
-// never there. See DESIGN.md §1 (why the transaction id is taken before the
+// never there. See docs/design.md §1 (why the transaction id is taken before the
 // sequence number).
 //
 // # Appending

@@ -32,7 +32,7 @@ const EventMaxBytes = 64 << 20
 // the envelope the value is delivered in. The database does not check it:
 // measuring it walks the whole value on every insert. An event appended by
 // SQL past encoding/json's limit becomes a dead letter of the pools it
-// matches (see the README).
+// matches (docs/operations.md, "Dead letters").
 const EventMaxDepth = 1000
 
 // validateEvents checks events the way the database's CHECK constraints do,

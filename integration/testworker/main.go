@@ -175,6 +175,10 @@ func run(ctx context.Context, concurrency int, rescueAfter time.Duration) error 
 		return err
 	}
 	riverbus.ConfigurePool(poolCfg)
+	// As `riverbus work` sizes its pool: River's fetch, completer, notifier
+	// and leader beside the jobs that hold a connection (an ordered job's
+	// lane hand-off, a big event's read), not pgx's default of four.
+	poolCfg.MaxConns = int32(max(10, min(concurrency+5, 50)))
 	db, err = pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err

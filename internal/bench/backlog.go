@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/riverbus/riverbus/internal/bench/fanoutproc"
 )
 
 var backlogSizes = []int{100_000, 1_000_000}
@@ -18,22 +20,12 @@ var backlogSizes = []int{100_000, 1_000_000}
 // and at full size one catch-up of 1M events takes minutes.
 const backlogRuns = 1
 
-// backlogResult is what fanoutproc prints.
-type backlogResult struct {
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
-	PeakRSSBytes   int64   `json:"peak_rss_bytes"`
-	Jobs           int64   `json:"jobs"`
-}
-
 // runBacklog: a fan-out process (fanoutproc) catching up on a backlog for one
 // pool; its catch-up time and peak RSS, at two backlog sizes.
 func runBacklog(ctx context.Context, e *env) ([]Result, error) {
-	bin, err := e.childBin(ctx, "fanoutproc")
+	bin, err := executable()
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return []Result{{Scenario: "backlog", Metric: "-", Skipped: "cannot build internal/bench/fanoutproc: " + oneLine(err.Error())}}, nil
+		return []Result{{Scenario: "backlog", Metric: "-", Skipped: "cannot run fanoutproc: " + oneLine(err.Error())}}, nil
 	}
 	sizes := make([]int, len(backlogSizes))
 	for i, n := range backlogSizes {
@@ -74,41 +66,41 @@ func runBacklog(ctx context.Context, e *env) ([]Result, error) {
 	return rows, nil
 }
 
-func backlogRun(ctx context.Context, e *env, bin string, n int) (backlogResult, error) {
+func backlogRun(ctx context.Context, e *env, bin string, n int) (fanoutproc.Result, error) {
 	d, err := e.newDatabase(ctx, schemaRiverbus)
 	if err != nil {
-		return backlogResult{}, err
+		return fanoutproc.Result{}, err
 	}
 	defer d.drop()
 	db, err := d.connect(ctx, poolConns)
 	if err != nil {
-		return backlogResult{}, err
+		return fanoutproc.Result{}, err
 	}
 	defer db.Close()
 	last, err := copyEvents(ctx, db, n, 0)
 	if err != nil {
-		return backlogResult{}, err
+		return fanoutproc.Result{}, err
 	}
 	if _, err := createPools(ctx, db, 1); err != nil {
-		return backlogResult{}, err
+		return fanoutproc.Result{}, err
 	}
 	if err := d.settle(ctx, db); err != nil {
-		return backlogResult{}, err
+		return fanoutproc.Result{}, err
 	}
 
-	cmd := exec.CommandContext(ctx, bin, "-target", strconv.FormatInt(last, 10), "-timeout", phaseTimeout.String())
+	cmd := exec.CommandContext(ctx, bin, fanoutproc.Name, "--target", strconv.FormatInt(last, 10), "--timeout", phaseTimeout.String())
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+d.url)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return backlogResult{}, fmt.Errorf("fanoutproc: %w: %s", err, lastLine(stderr.String()))
+		return fanoutproc.Result{}, fmt.Errorf("fanoutproc: %w: %s", err, lastLine(stderr.String()))
 	}
-	var r backlogResult
+	var r fanoutproc.Result
 	if err := json.Unmarshal([]byte(lastLine(stdout.String())), &r); err != nil {
-		return backlogResult{}, fmt.Errorf("fanoutproc printed %q: %w", stdout.String(), err)
+		return fanoutproc.Result{}, fmt.Errorf("fanoutproc printed %q: %w", stdout.String(), err)
 	}
 	if err := expectJobs(ctx, db, n, ""); err != nil {
-		return backlogResult{}, err
+		return fanoutproc.Result{}, err
 	}
 	return r, nil
 }

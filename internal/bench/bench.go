@@ -153,6 +153,11 @@ func ScenarioNames() []string {
 // report. A scenario that fails is recorded in the report with its error, the
 // others still run, and Run then returns the report with an error naming the
 // failed scenarios.
+//
+// The backlog and scale-out scenarios start their child processes by
+// re-executing this program (os.Executable) with the hidden subcommand
+// fanoutproc or workerproc first: the program must hand those arguments to
+// Main, as riverbus-bench and this package's tests do.
 func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
 	o, selected, err := normalize(opts)
 	if err != nil {

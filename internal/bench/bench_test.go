@@ -12,23 +12,43 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/internal/bench/fanoutproc"
+	"github.com/riverbus/riverbus/internal/bench/workerproc"
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// The backlog and scale-out scenarios run their child processes by
+	// re-executing this program, here the test binary, with the child's
+	// subcommand first: run it as riverbus-bench would.
+	if len(os.Args) > 1 && (os.Args[1] == fanoutproc.Name || os.Args[1] == workerproc.Name) {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	pgtest.Main(m)
+}
 
-// TestRunSmoke runs every scenario once at a tiny scale: it keeps the harness
-// working, and asserts nothing about speed.
+// TestRunSmoke runs the riverbus-bench command with every scenario once at a
+// tiny scale: it keeps the harness working, and asserts nothing about speed.
 func TestRunSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every scenario and its child processes: about 90s")
+	}
 	// A guard against a hung scenario, not a speed check: a loaded 2-core
 	// machine needs a few minutes for every scenario with its processes.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "out", "results.json")
-	var out bytes.Buffer
-	rep, err := Run(ctx, Opts{DatabaseURL: pgtest.NewDatabase(t), Runs: 1, Scale: 0.001, JSONPath: path}, &out)
-	require.NoError(t, err, out.String())
+	var out, errOut bytes.Buffer
+	code := mainContext(ctx, []string{"--database-url", pgtest.NewDatabase(t), "--runs", "1", "--scale", "0.001", "--json", path}, &out, &errOut)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	t.Log("\n" + out.String())
+
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var rep Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Equal(t, 1, rep.Runs)
+	require.Equal(t, 0.001, rep.Scale)
 
 	for _, name := range ScenarioNames() {
 		var rows []Result
@@ -77,13 +97,38 @@ func TestRunSmoke(t *testing.T) {
 		"workers, 1 process", "workers, 4 processes", "workers, 8 processes",
 	}, scaleOut)
 
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	var decoded Report
-	require.NoError(t, json.Unmarshal(b, &decoded))
-	require.Equal(t, len(rep.Results), len(decoded.Results))
 	require.Contains(t, out.String(), "JSON report: "+path)
 	require.Contains(t, out.String(), "SCENARIO")
+}
+
+func TestCommandUsage(t *testing.T) {
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Main(args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	code, out, _ := run("--help")
+	require.Equal(t, 0, code)
+	for _, flag := range []string{"--runs", "--scale", "--scenario", "--json", "--cpuprofile", "--database-url", "--log-level", "--log-format"} {
+		require.Contains(t, out, flag)
+	}
+	require.Contains(t, out, "Scenarios: fanout-1pool,")
+	require.NotContains(t, out, fanoutproc.Name, "the child processes are hidden")
+	require.NotContains(t, out, workerproc.Name, "the child processes are hidden")
+
+	code, _, errOut := run("extra")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown command "extra"`)
+	require.Contains(t, errOut, "Usage:")
+
+	code, _, errOut = run("--runs", "many")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `"--runs"`)
+
+	code, _, errOut = run("--scenario", "nope")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `riverbus-bench: Scenarios: unknown scenario "nope"`)
+	require.NotContains(t, errOut, "Usage:")
 }
 
 func TestOptsValidation(t *testing.T) {

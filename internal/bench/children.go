@@ -4,70 +4,23 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"time"
 )
 
-// childCommands are the commands under internal/bench that scenarios run as
-// child processes.
-var childCommands = []string{"fanoutproc", "workerproc"}
-
-// childBin returns the path of the child command name (one of
-// childCommands). The first call builds them all into the temporary
-// directory with one `go build`.
-func (e *env) childBin(ctx context.Context, name string) (string, error) {
-	if e.childDir != "" {
-		return filepath.Join(e.childDir, name), nil
-	}
-	src, err := benchSourceDir()
+// executable returns the path of this program, which the backlog and
+// scale-out scenarios run as their child processes with the hidden
+// subcommand fanoutproc or workerproc first (see Main): the bench needs
+// neither the source nor a Go toolchain, and works from an installed binary.
+func executable() (string, error) {
+	self, err := os.Executable()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("find this program's executable: %w", err)
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out := filepath.Join(e.tmpDir, "bin")
-	args := []string{"build", "-o", out + string(filepath.Separator)}
-	for _, c := range childCommands {
-		args = append(args, "./"+c)
-	}
-	e.log.Info("bench: building the child processes", "dir", src, "commands", childCommands)
-	cmd := exec.CommandContext(ctx, goBin, args...)
-	cmd.Dir = src
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w: %s", err, strings.TrimSpace(string(b)))
-	}
-	e.childDir = out
-	return filepath.Join(out, name), nil
-}
-
-// benchSourceDir finds the source of this package, where the child
-// commands are: this file's directory when the binary was built from a
-// checkout, else wherever `go list` finds it.
-func benchSourceDir() (string, error) {
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		dir := filepath.Dir(file)
-		if _, err := os.Stat(filepath.Join(dir, childCommands[0], "main.go")); err == nil {
-			return dir, nil
-		}
-	}
-	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "github.com/riverbus/riverbus/internal/bench").Output()
-	if err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			return "", fmt.Errorf("source not found (run from a riverbus checkout): %s", strings.TrimSpace(string(exitErr.Stderr)))
-		}
-		return "", fmt.Errorf("source not found (run from a riverbus checkout): %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
+	return self, nil
 }
 
 // child is a child process that follows the start protocol of the
@@ -86,7 +39,8 @@ type child struct {
 // readyTimeout bounds how long a child may take to get ready.
 const readyTimeout = time.Minute
 
-// startChildren starts n children running bin with args against the
+// startChildren starts n children running bin with args (the subcommand
+// first) against the
 // database at url, and waits until every one is ready. On error, the ones
 // started are killed.
 func startChildren(ctx context.Context, n int, bin, url string, args ...string) ([]*child, error) {
@@ -121,7 +75,7 @@ func startChild(ctx context.Context, bin, url string, args ...string) (*child, e
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", filepath.Base(bin), err)
+		return nil, fmt.Errorf("start %s: %w", c.name(), err)
 	}
 	go func() {
 		defer close(c.lines)
@@ -206,4 +160,5 @@ func (c *child) wait() error {
 	return nil
 }
 
-func (c *child) name() string { return filepath.Base(c.cmd.Path) }
+// name is the child's subcommand, fanoutproc or workerproc.
+func (c *child) name() string { return c.cmd.Args[1] }

@@ -1,6 +1,7 @@
 // Package bench measures riverbus side by side with raw River on the same
 // PostgreSQL, in the same run, and reports whether riverbus meets its
-// targets. `riverbus bench` and `make bench` call Run.
+// targets. The riverbus-bench command (Main; `make bench` builds and runs it)
+// calls Run.
 //
 // # Scenarios
 //
@@ -38,9 +39,9 @@
 //   - rollback-gap: how long a rolled-back transaction holds the horizon
 //     back. Target: p99 ≤ 100 ms. No raw River equivalent.
 //   - backlog: catch-up time and peak RSS of a fan-out process (a child
-//     process built with `go build` from internal/bench/fanoutproc, so it
-//     needs the source and a Go toolchain) over 100k and 1M events, once per
-//     size. Target: peak RSS ≤ 100 MB, and at most 1.25× from 100k to 1M.
+//     process: this program re-executed with the hidden subcommand
+//     fanoutproc, internal/bench/fanoutproc) over 100k and 1M events, once
+//     per size. Target: peak RSS ≤ 100 MB, and at most 1.25× from 100k to 1M.
 //   - ordered-vs-unordered: a pool with per-key ordering against the same
 //     pool unordered (fan-out and drain throughput; here the baseline column
 //     is the unordered pool). Skipped while fanout.PoolParams has no
@@ -60,7 +61,7 @@
 //     River client with riverbus worker settings each) draining one pool's
 //     jobs; jobs/s for each count, the baseline column being the 1-process
 //     figure of the same run, and the busiest process's share of the jobs.
-//     The processes are children built like backlog's. No target: on a
+//     The processes are children started like backlog's. No target: on a
 //     machine with few cores they share the CPUs with PostgreSQL.
 //
 // # Method

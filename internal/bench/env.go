@@ -49,9 +49,6 @@ type env struct {
 	// loaded, and created in every template), so the latency and drain
 	// scenarios report the database time per event or job (statements.go).
 	statements bool
-
-	childDir string // the child commands, built on first use (childBin)
-	tmpDir   string
 }
 
 func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
@@ -70,8 +67,8 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	e.adminURL = o.DatabaseURL
 	if e.adminURL == "" {
 		e.log.Info("bench: starting a throwaway PostgreSQL (durable: fsync and synchronous_commit on)")
-		// The raw River and PostgreSQL figures the README compares with were
-		// measured with 256MB.
+		// The figures of docs/performance.md are measured with 256MB, so
+		// that runs on different machines compare.
 		settings := map[string]string{"shared_buffers": "256MB"}
 		if pgserver.HasLibrary("pg_stat_statements") {
 			// Loaded but tracking nothing, except in the databases that
@@ -106,9 +103,6 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	e.serverDesc = fmt.Sprintf("PostgreSQL %s (%s; fsync %s, synchronous_commit %s, shared_buffers %s)",
 		strings.Fields(e.pgVersion)[0], where, fsync, syncCommit, sharedBuffers)
 
-	if e.tmpDir, err = os.MkdirTemp("", "riverbus-bench-"); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
 	e.statements = true // unless a template cannot have them
 	for _, s := range []schema{schemaRiverbus, schemaRiver} {
 		if err := e.createTemplate(ctx, s); err != nil {
@@ -159,9 +153,6 @@ func (e *env) close() {
 	}
 	if e.server != nil {
 		_ = e.server.Stop()
-	}
-	if e.tmpDir != "" {
-		_ = os.RemoveAll(e.tmpDir)
 	}
 }
 

@@ -106,7 +106,8 @@ func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Resu
 		return nil, err
 	}
 	med := func(s []latencySample, f func(latencySample) float64) float64 { return summarize(pick(s, f)).Median }
-	// The targets of issue #12, as ratios to raw River in the same run.
+	// The latency targets (the target column of docs/performance.md), as
+	// ratios to raw River in the same run.
 	var p50Target, p99Target, rateTarget *Target
 	switch o.rate {
 	case 200:
@@ -724,9 +725,10 @@ func paced(ctx context.Context, n int, rate float64, conc int, do func(ctx conte
 // day of completed jobs River keeps. On a table analyzed empty, River's
 // fetch keeps a plan of sequential scans until autovacuum analyzes the
 // growing table, which it does at a moment of its own choosing, on one
-// side and not the other: the same run measured 26 buffers a fetch on one
-// side and 180 on the other. With a history analyzed beforehand both sides
-// fetch through the index from the first job.
+// side and not the other, so the two sides' fetches read very different
+// amounts of the table and the comparison measured the planner's timing.
+// With a history analyzed beforehand both sides fetch through the index
+// from the first job.
 const latencyHistory = 5_000
 
 // jobHistory inserts latencyHistory completed jobs of another queue.

@@ -66,7 +66,7 @@ func paired(scenario, metric, unit string, rb, raw []float64, target *Target, no
 }
 
 func writeTable(w io.Writer, rep *Report) {
-	fmt.Fprintf(w, "riverbus bench: %d run(s), scale %g, %s, Go %s, River %s, %d CPU(s), %.0fs\n",
+	fmt.Fprintf(w, "riverbus-bench: %d run(s), scale %g, %s, Go %s, River %s, %d CPU(s), %.0fs\n",
 		rep.Runs, rep.Scale, rep.Server, rep.GoVersion, cmpStr(rep.RiverVersion, "?"), rep.NumCPU, rep.DurationSeconds)
 	if rep.Runs > 1 {
 		fmt.Fprintln(w, "Figures are medians over runs with the spread (min–max); ratio = riverbus / raw River, per run.")

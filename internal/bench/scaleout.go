@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/bench/fanoutproc"
+	"github.com/riverbus/riverbus/internal/bench/workerproc"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -62,16 +64,9 @@ type scaleOutSample struct {
 // draining one pool's jobs, all against one database; jobs/s for each
 // count, beside the 1-process figure of the same run.
 func runScaleOut(ctx context.Context, e *env) ([]Result, error) {
-	fanBin, err := e.childBin(ctx, "fanoutproc")
-	var workBin string
-	if err == nil {
-		workBin, err = e.childBin(ctx, "workerproc")
-	}
+	bin, err := executable()
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return []Result{{Scenario: "scale-out", Metric: "-", Skipped: "cannot build the child processes: " + oneLine(err.Error())}}, nil
+		return []Result{{Scenario: "scale-out", Metric: "-", Skipped: "cannot run the child processes: " + oneLine(err.Error())}}, nil
 	}
 	events := e.scaled(scaleOutEvents, 100)
 	jobs := e.scaled(scaleOutJobs, 50)
@@ -84,8 +79,8 @@ func runScaleOut(ctx context.Context, e *env) ([]Result, error) {
 		measure func(procs int) (scaleOutSample, error)
 		out     map[int][]scaleOutSample
 	}{
-		{"fan-out", scaleOutFanoutProcs, func(p int) (scaleOutSample, error) { return scaleOutFanout(ctx, e, fanBin, p, events) }, fan},
-		{"worker", scaleOutWorkerProcs, func(p int) (scaleOutSample, error) { return scaleOutWork(ctx, e, workBin, p, jobs) }, work},
+		{"fan-out", scaleOutFanoutProcs, func(p int) (scaleOutSample, error) { return scaleOutFanout(ctx, e, bin, p, events) }, fan},
+		{"worker", scaleOutWorkerProcs, func(p int) (scaleOutSample, error) { return scaleOutWork(ctx, e, bin, p, jobs) }, work},
 	}
 	for run := range e.opts.Runs {
 		for _, ph := range phases {
@@ -181,7 +176,7 @@ func scaleOutFanout(ctx context.Context, e *env, bin string, procs, events int) 
 	// Each process exits once every pool has caught up, whoever moved it.
 	total := events * scaleOutPools
 	s, err := measureChildren(ctx, procs, bin, b.d.url, total, nil,
-		"-target", strconv.FormatInt(b.last, 10), "-timeout", phaseTimeout.String(), "-ready")
+		fanoutproc.Name, "--target", strconv.FormatInt(b.last, 10), "--timeout", phaseTimeout.String(), "--ready")
 	if err != nil {
 		return scaleOutSample{}, err
 	}
@@ -204,7 +199,7 @@ func scaleOutWork(ctx context.Context, e *env, bin string, procs, jobs int) (sca
 	}
 
 	s, err := measureChildren(ctx, procs, bin, b.d.url, jobs, func() error { return waitCompleted(ctx, b.db) },
-		"-pool", benchKind, "-max-workers", strconv.Itoa(drainWorkers), "-conns", strconv.Itoa(scaleOutWorkerConns), "-timeout", phaseTimeout.String())
+		workerproc.Name, "--pool", benchKind, "--max-workers", strconv.Itoa(drainWorkers), "--conns", strconv.Itoa(scaleOutWorkerConns), "--timeout", phaseTimeout.String())
 	if err != nil {
 		return scaleOutSample{}, err
 	}
@@ -234,7 +229,8 @@ func waitCompleted(ctx context.Context, db *pgxpool.Pool) error {
 	}
 }
 
-// measureChildren starts procs children running bin with args against the
+// measureChildren starts procs children running bin with args (the
+// subcommand first) against the
 // database at url, waits until all are ready, starts them together, calls
 // wait (when set) until their work is done, and collects their results.
 func measureChildren(ctx context.Context, procs int, bin, url string, total int, wait func() error, args ...string) (scaleOutSample, error) {

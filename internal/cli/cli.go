@@ -135,9 +135,9 @@ per consumer pool, and lets any number of worker processes share them.
 
 Configuration comes from RIVERBUS_* environment variables (and DATABASE_URL);
 flags override them. Each command has the flags of the settings it uses (see
-its --help, and the README's configuration table). run, fanout and work trace
+its --help, and docs/configuration.md). run, fanout and work trace
 with OpenTelemetry when the standard OTEL_* variables ask for it
-(OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318; see the README's Tracing).`,
+(OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318; see docs/operations.md, "Tracing").`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -176,7 +176,6 @@ with OpenTelemetry when the standard OTEL_* variables ask for it
 		a.uiCommand(),
 		a.workCommand(),
 		a.tailCommand(),
-		a.benchCommand(),
 		a.statusCommand(),
 		a.dlqCommand(),
 		a.appendCommand(),

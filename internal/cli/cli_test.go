@@ -71,6 +71,18 @@ func TestBadUsage(t *testing.T) {
 	require.Contains(t, r.stderr, "give either one JOB_ID or --pool POOL --all")
 }
 
+// The benchmark is a command of its own, riverbus-bench: the operator's
+// binary neither lists nor runs it.
+func TestNoBenchCommand(t *testing.T) {
+	t.Parallel()
+	r := ok(t, run(t, "", "--help"))
+	require.Contains(t, r.stdout, "Available Commands:")
+	require.NotContains(t, r.stdout, "bench")
+	r = run(t, "", "bench", "--scale", "0.1")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, `unknown command "bench"`)
+}
+
 func TestPoolLifecycle(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewDatabase(t)

@@ -137,7 +137,7 @@ var flagWants = map[string]string{
 	"bool":     "want true or false",
 }
 
-// configTable renders the README's configuration table: one row per
+// configTable renders the configuration table of docs/configuration.md: one row per
 // setting with its variable, its flag and the commands that take it, its
 // default and its description. The rows come from internal/config's
 // struct tags, the commands from root's tree.

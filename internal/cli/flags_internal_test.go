@@ -75,17 +75,17 @@ func TestDatabaseURLFlag(t *testing.T) {
 	require.Equal(t, "postgres://flag/db", c.DatabaseURL)
 }
 
-// The README's configuration table is rendered from internal/config's
-// struct and the command tree; this keeps the three in step. To update the
-// README, paste the table the failure prints.
-func TestREADMEConfigTable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// The configuration table of docs/configuration.md is rendered from
+// internal/config's struct and the command tree; this keeps the three in
+// step. To update the page, paste the table the failure prints.
+func TestConfigurationDocTable(t *testing.T) {
+	page, err := os.ReadFile("../../docs/configuration.md")
 	require.NoError(t, err)
 	a := &app{stdout: io.Discard, stderr: io.Discard}
 	table := configTable(a.rootCommand())
 	require.NotContains(t, table, "(none)", "every setting has a flag on some command")
-	require.True(t, strings.Contains(string(readme), table),
-		"README.md's configuration table is out of date; replace it with:\n\n%s", table)
+	require.True(t, strings.Contains(string(page), table),
+		"docs/configuration.md's configuration table is out of date; replace it with:\n\n%s", table)
 }
 
 // The fetch poll interval reaches the River settings of the commands that

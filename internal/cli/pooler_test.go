@@ -14,7 +14,7 @@ import (
 )
 
 // Behind PgBouncer in transaction mode, append and the operator commands
-// work with the README's URL; every long-running command and migrate exits
+// work with the URL docs/deployment.md gives; every long-running command and migrate exits
 // at once with an error naming the pooler and the fix, instead of running
 // with its wake-ups, pauses and locks lost.
 func TestCommandsBehindATransactionPooler(t *testing.T) {

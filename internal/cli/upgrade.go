@@ -12,7 +12,7 @@ import (
 
 // exitSchemaTooNew is the exit code of a command that stopped, or would
 // not start, because the schema needs newer code than this build: a newer
-// build migrated the database (README "Upgrading riverbus"). An
+// build migrated the database (docs/operations.md, "Upgrading riverbus"). An
 // orchestrator replaces the process with the newer build.
 const exitSchemaTooNew = 4
 

@@ -20,8 +20,8 @@ import (
 // Prefix is the prefix of every riverbus environment variable.
 const Prefix = "RIVERBUS"
 
-// Config is the whole process configuration. The README's configuration
-// table lists these fields, with the commands whose flags override them
+// Config is the whole process configuration. The configuration table
+// of docs/configuration.md lists these fields, with the commands whose flags override them
 // (internal/cli renders it; a test there keeps the two in step).
 //
 // Each envconfig tag is the full variable name, prefix included, and the

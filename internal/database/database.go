@@ -32,7 +32,7 @@ type DB interface {
 //
 // jit off: on tables not yet analyzed (a fresh database with a backlog) the
 // estimates are high enough for PostgreSQL to JIT-compile these millisecond
-// queries, which took seconds.
+// queries, and compiling costs far more than running them.
 const TxSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)`
 
 // Code returns the SQLSTATE of err's PostgreSQL error, or "" when err is

@@ -19,7 +19,7 @@ const analyzeJobsMinDefault = 10_000
 // by default). Until then River's producers keep the fetch plan the planner
 // chose for the small table, a cached generic plan of two sequential scans
 // of river_job, so every fetch of every queue (a live pool's too) reads the
-// whole table: 40–100 ms at 60k jobs, growing with the rebuild. ANALYZE
+// whole table, a cost that grows with the rebuild. ANALYZE
 // invalidates the cached plans and the next ones use the fetch index. The
 // threshold doubles with the table, so a rebuild costs a logarithmic
 // number of ANALYZEs, each reading a bounded sample. A role that does not

@@ -740,7 +740,7 @@ func TestGapWithXidBoundFromAnotherClusterDoesNotStall(t *testing.T) {
 // A skipped sequence commits while one pool has not yet reached it: that
 // pool delivers it on its normal path in a later pass, with no late event
 // left to trigger anything. The late record must still be retired, or the
-// horizon watches it for ever (seen in a chaos run).
+// horizon watches it for ever.
 func TestLateEventRetiredWhenLaggingPoolReadsItNormally(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -30,10 +30,10 @@ const rideMaxPools = 4
 // rideMaxSequences is the most sequences a round may pass and still carry
 // batches. The next round waits for the batches a round carries; a round
 // that passes many events (a busy log) has batches worth running beside
-// the next round instead, on the pools' service. Measured in the bench: at
-// 200 events/s a ride cut commit → jobs inserted from 4.8 to 3.1 ms; with
-// 1,200 events/s (about 40 a round) it made rounds wait for the batches,
-// and commit → round went from 10 to 130 ms.
+// the next round instead, on the pools' service. A ride saves a batch its
+// round trip and wake-up, which matters when a round passes a few events;
+// when it passes dozens, the batches are long enough that the next round,
+// which every pool waits for, would wait for them too.
 const rideMaxSequences = 16
 
 // sqlRideLimits bounds a ride's waits. The round's connection runs its

@@ -1,5 +1,5 @@
 // Package health records what a riverbus process fails at and reports it
-// where other processes read it (README "Operations", DESIGN.md §7).
+// where other processes read it (docs/operations.md, docs/design.md §7).
 //
 // # Sections
 //

@@ -16,7 +16,7 @@
 //   - status.go: the horizon row for operators (Get, Repair).
 //   - failover.go: the failover fence (Fence, LastFailover): on a new WAL
 //     timeline, no number the old one delivered is given to another event
-//     (DESIGN.md §2.8, migration 020).
+//     (docs/design.md §2.8, migration 020).
 //
 // # Rounds
 //
@@ -40,11 +40,11 @@
 //
 // A gap's age is measured by the database's clock alone (first_seen_at and
 // clock_timestamp() in the same server), so the clocks of the instances
-// never matter (DESIGN.md). Tests move that clock forward with a Clock
+// never matter (docs/design.md). Tests move that clock forward with a Clock
 // (RoundParams.AgeShift) instead of sleeping through a gap timeout.
 package horizon
 
-// How the horizon proves a gap (DESIGN.md §2.1).
+// How the horizon proves a gap (docs/design.md §2.1).
 //
 // A writer takes its xid X before its sequence g (the trigger calls
 // pg_current_xact_id() before nextval()). Suppose a snapshot S1 shows g
@@ -75,7 +75,7 @@ package horizon
 // one read and, committed meanwhile, without its lock in another would be
 // left out while g is not yet visible in S2, and g "proven" dead.
 
-// Ranges: why the cost of a gap does not depend on its length (DESIGN.md
+// Ranges: why the cost of a gap does not depend on its length (docs/design.md
 // §2.3).
 //
 // A gap is a run of missing sequences, recorded as one riverbus_gap row
@@ -123,7 +123,7 @@ package horizon
 // statements whose cost is O(runs + events inside them).
 //
 // What the proof assumes, and what riverbus does when it does not hold
-// (DESIGN.md §2.4).
+// (docs/design.md §2.4).
 //
 // The proof needs the sequence to hand numbers out in time order (nextval
 // of g before nextval of h means g < h) and every event's number to be

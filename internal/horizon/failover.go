@@ -12,7 +12,7 @@ import (
 )
 
 // Failover is what one fence did (a row of riverbus_failover, migration
-// 020; DESIGN.md §2.8): the database went over to a new WAL timeline (a
+// 020; docs/design.md §2.8): the database went over to a new WAL timeline (a
 // promoted standby, a point-in-time recovery) or another cluster, and
 // riverbus made sure no number delivered on the old one is given to
 // another event.

@@ -274,7 +274,7 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 }
 
 // setval backwards below the horizon: reported, and the horizon does not
-// move; setval forward again (the README's repair) lets it go on.
+// move; setval forward again (the repair in docs/operations.md) lets it go on.
 func TestSequenceBelowHorizonIsReportedAndHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -45,8 +45,8 @@ var problemTexts = map[string]struct {
 		"ALTER SEQUENCE riverbus_event_global_sequence NO CYCLE", true},
 	ProblemSequenceBelowHorizon: {"riverbus_event_global_sequence hands out numbers at or below the horizon (setval backwards, or a damaged horizon): no pool reads events numbered there; the horizon does not move.",
 		"SELECT setval('riverbus_event_global_sequence', greatest((SELECT max(global_sequence) FROM riverbus_event), (SELECT horizon FROM riverbus_horizon))); " +
-			"events appended meanwhile are at or below the horizon: redeliver them with riverbus pool reset (README, \"What riverbus requires of the sequence\"). " +
-			"Never set it to an event the sequence never handed out (far above the rest, say near 2^63): that exhausts the sequence (README, same section)", true},
+			"events appended meanwhile are at or below the horizon: redeliver them with riverbus pool reset (docs/operations.md, \"What riverbus requires of the sequence\"). " +
+			"Never set it to an event the sequence never handed out (far above the rest, say near 2^63): that exhausts the sequence (docs/operations.md, same section)", true},
 	ProblemAssignTriggerMissing: {"riverbus_event has no trigger riverbus_event_assign: inserters choose the sequence and transaction id; the horizon proves and skips no gap.",
 		"run riverbus migrate on a database where the trigger exists, or recreate it as migration 001 does", true},
 	ProblemAssignTriggerDisabled: {"the trigger riverbus_event_assign is disabled: inserters choose the sequence and transaction id; the horizon proves and skips no gap.",

@@ -62,7 +62,7 @@ WHERE current_setting('riverbus.round') = 'true'`
 	// sqlHorizonFast is the fast round's move, sent after the read in the
 	// round trip that also commits it: the horizon passes the run of
 	// sequences just above it that this statement sees committed without
-	// a hole ($1 at most), which needs no proof (DESIGN.md §2), unless
+	// a hole ($1 at most), which needs no proof (docs/design.md §2), unless
 	// the round did not get the lock or the sequence is below the horizon
 	// (sequence_below_horizon, which freezes the horizon). Like the read,
 	// it stops at the sequence's last value (event_above_sequence). The gap
@@ -165,8 +165,7 @@ SELECT 'notify_trigger_missing', 'no enabled trigger riverbus_event_notify on ri
 	// seen running in the first read and, having committed meanwhile,
 	// without its lock in the second, and so be left out of the proof while
 	// its sequence was not yet visible to the round: the gap was then
-	// "proven" dead and a committed event lost (seen in a 5-minute chaos
-	// run). And an xid is left out only if it is still in progress after
+	// "proven" dead and a committed event lost (docs/design.md §2.2). And an xid is left out only if it is still in progress after
 	// that read: one that ended meanwhile stays listed, and the next round
 	// decides.
 	sqlPossibleWriters = `WITH l AS MATERIALIZED (

@@ -99,7 +99,7 @@ type RoundParams struct {
 	AgeShift time.Duration
 }
 
-// Advance runs one horizon round (DESIGN.md §2) unless another instance is
+// Advance runs one horizon round (docs/design.md §2) unless another instance is
 // running one.
 //
 // On a *pgxpool.Pool it runs on a connection of its own and sends BEGIN

@@ -120,7 +120,7 @@ type Renumbered struct {
 // an event, so its pools receive it once, at its new number, and the
 // sequence goes on from where it was however high the planted number. It
 // takes the transaction's id before the first new number, as the assign
-// trigger does (DESIGN.md §1), and is refused while the sequence is below
+// trigger does (docs/design.md §1), and is refused while the sequence is below
 // the horizon (new numbers would be ones no pool reads). It needs UPDATE
 // on riverbus_event: the schema owner's. It is safe while riverbus runs.
 func Renumber(ctx context.Context, db database.DB) ([]Renumbered, error) {

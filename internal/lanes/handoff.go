@@ -86,8 +86,9 @@ func NewHandoff(limits map[string]int) *Handoff {
 
 // OrderedSlotsFactor is how many River slots a queue of ordered pools gets
 // for each handler it may run: a slot per handler, and one more for a job
-// waiting for its flush or fetched ahead of a free handler. Measured with
-// the bench's ordered drain (README, Performance).
+// waiting for its flush or fetched ahead of a free handler, so that River
+// keeps fetching while jobs wait for their flush; more slots only let more
+// jobs wait (docs/performance.md, "Measured and left out").
 const OrderedSlotsFactor = 2
 
 // handoffTimeout bounds one flush's statement.

@@ -102,7 +102,7 @@ func Create(ctx context.Context, db database.DB, params bustype.PoolParams) (*bu
 	)
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// Retention waits while the start is set, and the start is never
-		// below where the log begins (DESIGN.md §8).
+		// below where the log begins (docs/design.md §8).
 		trimmed, err := retention.StartFloor(ctx, tx, "pool create")
 		if err != nil {
 			return err
@@ -330,7 +330,7 @@ func translatePoolErr(err error) error {
 // Reset moves a pool's cursor to after sequence to, so every event above
 // it is fanned out again (rebuilding a projection from history), and sets
 // its checkpoint to the same place. It waits for a fan-out batch of the pool
-// in flight to finish, and for a retention batch in flight (DESIGN.md §8):
+// in flight to finish, and for a retention batch in flight (docs/design.md §8):
 // to 0 is where the log begins after retention, and a to below that is an
 // bustype.ErrInvalidPool error. A to beyond the end of the log (the last
 // sequence handed out, or the horizon when higher) is a
@@ -369,7 +369,7 @@ func ResetReplay(ctx context.Context, db database.DB, name string, to int64) (*R
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// Retention waits while the cursor moves back, and the cursor never
 		// goes below where the log begins: 0 (the beginning) is the oldest
-		// retained event, anything else below it is refused (DESIGN.md §8).
+		// retained event, anything else below it is refused (docs/design.md §8).
 		trimmed, err := retention.StartFloor(ctx, tx, "pool reset")
 		if err != nil {
 			return err

@@ -1,5 +1,5 @@
 // Package retention deletes old events from riverbus_event under the
-// operator's policy (README "Retention", DESIGN.md §8).
+// operator's policy (docs/operations.md "Event retention", docs/design.md §8).
 //
 // # Rules
 //

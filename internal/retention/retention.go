@@ -15,8 +15,10 @@ import (
 )
 
 // BatchSizeDefault is how many events one step covers (and with Apply,
-// deletes in one transaction) by default. README "Retention" has the
-// measurements behind it.
+// deletes in one transaction) by default: small enough that a step's
+// locks, WAL and memory stay small and a pool reset never waits long for
+// it, large enough that the steps' overhead is small (docs/operations.md,
+// "Event retention").
 const BatchSizeDefault = 5000
 
 // BatchSizeMax is the largest batch a step accepts.

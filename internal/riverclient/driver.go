@@ -10,7 +10,7 @@ import (
 )
 
 // Driver is River's pgx v5 driver whose listener checks River's control
-// messages against the database before River acts on them (DESIGN.md §9).
+// messages against the database before River acts on them (docs/design.md §9).
 // Every River client riverbus makes uses it.
 //
 // River acts on what arrives on its control channel: a cancel message ends

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -36,7 +37,48 @@ var payloadInLog = []byte(`"payload_in_log"`)
 // An event the log no longer holds fails the job with an error naming it:
 // the job retries and ends a dead letter, never a handler run on an event
 // without its data.
-type resolvePayloads struct{ river.HookDefaults }
+//
+// River bounds only the worker's Work by JobTimeout, not its hooks, and
+// takes a job still running RescueStuckJobsAfter after its attempt began
+// for one whose process died: it makes the job available again while the
+// first attempt goes on. A read of tens of megabytes on a busy server can
+// take longer than that margin; each rescue then starts another read of
+// the same payload beside the first, which slows every read further, and
+// the pool stops finishing anything while the process's memory grows
+// without bound. So a read gets at most half the margin River leaves
+// beside JobTimeout (budget), and a client reads at most PayloadReadsMax
+// jobs' payloads at once: a job that finds them all taken for half its
+// budget is snoozed (River retries it soon, without using an attempt,
+// here or in another process), and a read that outlives its budget fails
+// the attempt with an error that names the setting to raise.
+type resolvePayloads struct {
+	river.HookDefaults
+
+	budget      time.Duration // the most one job spends waiting for and reading its payloads
+	rescueAfter time.Duration // the client's RescueStuckJobsAfter, for the error
+	reads       chan struct{} // a token per read in flight
+}
+
+// PayloadReadsMax is how many jobs' big payloads one client reads at once.
+// Each read holds a few copies of payloads of up to the log's event limit in
+// memory, so this bounds a worker process's memory whatever its
+// concurrency; reads of big payloads are bound by the server's CPU
+// (jsonb's text output), which more at once would not speed up.
+const PayloadReadsMax = 2
+
+// PayloadSnooze is how long a job waits, without using an attempt, when
+// PayloadReadsMax reads were in flight for half its budget.
+const PayloadSnooze = 2 * time.Second
+
+// newResolvePayloads returns the hook for a client whose jobs may run for
+// jobTimeout (-1: unbounded) and are rescued after rescueAfter.
+func newResolvePayloads(jobTimeout, rescueAfter time.Duration) *resolvePayloads {
+	margin := rescueAfter
+	if jobTimeout > 0 {
+		margin -= jobTimeout
+	}
+	return &resolvePayloads{budget: margin / 2, rescueAfter: rescueAfter, reads: make(chan struct{}, PayloadReadsMax)}
+}
 
 type skipPayloadsKey struct{}
 
@@ -47,11 +89,15 @@ func SkipPayloads(ctx context.Context) context.Context {
 	return context.WithValue(ctx, skipPayloadsKey{}, true)
 }
 
-func (*resolvePayloads) WorkBegin(ctx context.Context, job *rivertype.JobRow) error {
+// payloadQuery reads the payloads of the events seqs names, as
+// riversql.EventPayloads returns them.
+type payloadQuery func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata []string, err error)
+
+func (r *resolvePayloads) WorkBegin(ctx context.Context, job *rivertype.JobRow) error {
 	if !bytes.Contains(job.EncodedArgs, payloadInLog) || ctx.Value(skipPayloadsKey{}) != nil {
 		return nil
 	}
-	args, err := resolveArgs(ctx, job.EncodedArgs, func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata []string, err error) {
+	return r.resolve(ctx, job, func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata []string, err error) {
 		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 		if err != nil {
 			return nil, nil, nil, err
@@ -59,7 +105,30 @@ func (*resolvePayloads) WorkBegin(ctx context.Context, job *rivertype.JobRow) er
 		err = client.Driver().GetExecutor().QueryRow(ctx, riversql.EventPayloads, seqs, ids).Scan(&found, &data, &metadata)
 		return found, data, metadata, err
 	})
+}
+
+// resolve replaces job's args by the whole events, read with query within
+// the budget.
+func (r *resolvePayloads) resolve(jobCtx context.Context, job *rivertype.JobRow, query payloadQuery) error {
+	ctx, cancel := context.WithTimeout(jobCtx, r.budget)
+	defer cancel()
+	wait := time.NewTimer(r.budget / 2)
+	defer wait.Stop()
+	select {
+	case r.reads <- struct{}{}:
+		defer func() { <-r.reads }()
+	case <-wait.C:
+		return river.JobSnooze(PayloadSnooze)
+	case <-jobCtx.Done():
+		return jobCtx.Err()
+	}
+	args, err := resolveArgs(ctx, job.EncodedArgs, query)
 	if err != nil {
+		if ctx.Err() != nil && jobCtx.Err() == nil {
+			return fmt.Errorf("job %d: reading its big events' payloads from riverbus_event took over %s, the most a job may spend on it: "+
+				"half the time River leaves a job beyond JobTimeout before it rescues it as stuck (RescueStuckJobsAfter %s); "+
+				"raise RescueStuckJobsAfter, or find what slows the server: %w", job.ID, r.budget, r.rescueAfter, err)
+		}
 		return fmt.Errorf("job %d: %w", job.ID, err)
 	}
 	job.EncodedArgs = args

@@ -175,7 +175,7 @@ func Config(opts Opts) (*river.Config, error) {
 	// (heads only, for a big event) and its failure to read a payload is a
 	// job error like any other: masked, retried on the pool's schedule, and
 	// an ordered lane held.
-	cfg.Hooks = append(cfg.Hooks, &resolvePayloads{})
+	cfg.Hooks = append(cfg.Hooks, newResolvePayloads(cfg.JobTimeout, cfg.RescueStuckJobsAfter))
 	return cfg, nil
 }
 

@@ -1,6 +1,6 @@
 // Package upgrade stops a process's delivery when the schema needs newer
 // code than it runs: a rolling upgrade migrated the database under it
-// (DESIGN.md §10, README "Upgrading riverbus").
+// (docs/design.md §10, docs/operations.md "Upgrading riverbus").
 //
 // Every delivering transaction (a horizon round, a pool batch, a retention
 // batch) runs migrations.SQLSchemaCheck first and fails with a

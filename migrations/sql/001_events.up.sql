@@ -1,5 +1,5 @@
 -- riverbus event log: the contract applications and the fan-out rely on.
--- See DESIGN.md section 1: the trigger takes the transaction id before the
+-- See docs/design.md §1: the trigger takes the transaction id before the
 -- sequence number, which is what makes gaps provable.
 
 CREATE SEQUENCE riverbus_event_global_sequence AS bigint CACHE 1;

@@ -1,4 +1,4 @@
--- Horizon, gaps, pools and dead letters (DESIGN.md sections 2-5).
+-- Horizon, gaps, pools and dead letters (docs/design.md §2-§5).
 
 -- One row: every sequence <= horizon is visible or proven never to commit (or
 -- was skipped by the gap timeout and is watched in riverbus_skipped).

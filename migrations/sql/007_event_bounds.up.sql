@@ -15,7 +15,7 @@
 -- insert. outbox.Append refuses JSON nested deeper than
 -- outbox.EventMaxDepth; an event appended by SQL past that and past
 -- encoding/json's 10,000 levels becomes a dead letter of each pool that
--- matches it, with the reason (see README, "Undeliverable events").
+-- matches it, with the reason (see docs/operations.md, "Dead letters").
 --
 -- NOT VALID: rows appended before this migration stay; the fan-out turns
 -- any of them it cannot deliver into dead letters.

@@ -27,8 +27,8 @@
 -- is discarded again), so it no longer holds its lane. A job that leaves a
 -- lane by cancel or delete already released it (003, 005).
 --
--- What River UI's buttons do to an ordered pool is listed in the README
--- ("Ordered pools"). Deleting a dead letter's river_job row does not purge
+-- What River UI's buttons do to an ordered pool is listed in
+-- docs/operations.md ("Ordered pools"). Deleting a dead letter's river_job row does not purge
 -- it: River's cleaner deletes discarded jobs the same way, and dead letters
 -- must survive it; `riverbus dlq purge` gives one up.
 --

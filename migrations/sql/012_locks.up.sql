@@ -15,7 +15,7 @@
 -- before it could lock. It conflicts with itself, so one round at a time
 -- runs, and like the advisory lock it assigns the transaction no xid: the
 -- gap proof still gets its bound from the round's first write, after its
--- snapshot (DESIGN.md §2.1). Nothing writes to the table, so autovacuum never
+-- snapshot (docs/design.md §2.1). Nothing writes to the table, so autovacuum never
 -- takes a conflicting lock on it either.
 CREATE TABLE riverbus_horizon_lock ();
 GRANT UPDATE ON riverbus_horizon_lock TO riverbus_worker;

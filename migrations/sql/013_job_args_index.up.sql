@@ -3,10 +3,8 @@
 -- writes a new row version at each state change: inserted, running,
 -- completed, and for an ordered pool's job pending → available first. A
 -- riverbus job's args are an event envelope, with the event's data, so
--- the index was most of what inserting and working those jobs cost: with
--- riverbus jobs out of it the fan-out inserted 1.9× as many jobs a second
--- in `make bench`, and a drain completed 1.3–1.6× as many (README,
--- "Performance").
+-- the index was most of what inserting and working those jobs cost
+-- (docs/performance.md).
 --
 -- Nothing in River, River UI or riverbus searches args through it (River
 -- filters on metadata, riverbus reads args through its own expression

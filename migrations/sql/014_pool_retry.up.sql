@@ -1,7 +1,7 @@
 -- A retry schedule per pool: after the n-th failure a job is attempted
 -- again after retry_base × retry_factor^(n-1), at most retry_max_delay,
--- shortened at random by up to the fraction retry_jitter (README, "Retry
--- schedules"). The River client riverbus builds reads these columns
+-- shortened at random by up to the fraction retry_jitter (docs/operations.md,
+-- "Retry schedules"). The River client riverbus builds reads these columns
 -- (internal/retry) as its retry policy, for Go handlers and webhooks alike.
 --
 -- Before this, every pool had River's default: attempt⁴ seconds (1s, 16s,

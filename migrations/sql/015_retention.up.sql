@@ -1,4 +1,4 @@
--- Event retention (README "Retention", DESIGN.md §8): riverbus_event no
+-- Event retention (docs/operations.md "Event retention", docs/design.md §8): riverbus_event no
 -- longer has to grow forever. An operator sets a policy, one row here:
 -- keep events for a period, and in any case until nothing riverbus runs
 -- still needs them. Retention then deletes the oldest events in small
@@ -85,7 +85,7 @@ $$;
 --   transaction  its transaction has an event above the floor: a
 --                transaction is deleted whole or not at all, so a
 --                transaction-grouped pool's "was this group delivered?"
---                probe (DESIGN.md §3) never misses the part that was removed
+--                probe (docs/design.md §3) never misses the part that was removed
 -- It returns the range (from_sequence, through_sequence] it covers, how
 -- many events are in it and their oldest and newest occurred_at, the floor,
 -- and why it stopped there: keep, transaction, batch (p_limit reached: call

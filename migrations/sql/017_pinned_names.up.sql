@@ -1,5 +1,5 @@
 -- Every name a riverbus function or trigger resolves is riverbus's own,
--- whoever calls it and whatever its session holds (DESIGN.md §1, §2.4).
+-- whoever calls it and whatever its session holds (docs/design.md §1, §2.4).
 --
 -- PostgreSQL searches the session's temporary schema first for tables,
 -- sequences and types, and the caller's search_path (which the caller
@@ -465,8 +465,8 @@ END
 $body$$f$, s);
 
   -- New: the repair of events numbered above the sequence (the horizon's
-  -- problem event_above_sequence; README "What riverbus requires of the
-  -- sequence and the triggers"). Such an event did not get its number
+  -- problem event_above_sequence; docs/operations.md, "What riverbus requires
+  -- of the sequence and the triggers"). Such an event did not get its number
   -- from the trigger (a temporary sequence of the same name before this
   -- migration, a row inserted with the trigger disabled): the horizon
   -- holds below it, and the sequence would hand out its number again.
@@ -485,11 +485,11 @@ DECLARE
   v_old bigint;
   v_new bigint;
 BEGIN
-  -- The xid first, as the assign trigger takes it (DESIGN.md §1), and the
+  -- The xid first, as the assign trigger takes it (docs/design.md §1), and the
   -- lock an INSERT takes before its trigger runs: a new number is missing
   -- until this transaction commits, and the horizon's proof must find this
   -- transaction among the possible writers (those holding this lock,
-  -- DESIGN.md §2.2) with an xid below the gap's bound.
+  -- docs/design.md §2.2) with an xid below the gap's bound.
   PERFORM pg_current_xact_id();
   LOCK TABLE %1$I.riverbus_event IN ROW EXCLUSIVE MODE;
   SELECT CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END INTO v_last

@@ -45,7 +45,7 @@ BEGIN
     LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $b$ SELECT %L::text $b$$f$, install, priv);
   EXECUTE format('GRANT EXECUTE ON FUNCTION %I.riverbus_private_schema() TO riverbus_app, riverbus_worker', install);
 
-  -- The round's lock (DESIGN.md §2.6), and its try-lock. The table keeps
+  -- The round's lock (docs/design.md §2.6), and its try-lock. The table keeps
   -- its grant (UPDATE to riverbus_worker, which LOCK TABLE needs).
   EXECUTE format('ALTER TABLE %I.riverbus_horizon_lock SET SCHEMA %I', install, priv);
   EXECUTE format($f$CREATE OR REPLACE FUNCTION %I.riverbus_horizon_try_lock() RETURNS boolean
@@ -75,7 +75,7 @@ $b$$f$, install, format('%I.riverbus_horizon_lock', priv));
   EXECUTE format('GRANT EXECUTE ON FUNCTION %I.riverbus_horizon_try_lock(), %I.riverbus_horizon_lock_holders() TO riverbus_worker',
     install, install);
 
-  -- Retention's lock (DESIGN.md §8). Pool create and reset take it through
+  -- Retention's lock (docs/design.md §8). Pool create and reset take it through
   -- riverbus_retention_start_lock; the batch, riverbus_retention_step,
   -- names it in its body, which is rewritten to the new name whatever
   -- else earlier migrations made of it (its search_path, qualified names).

@@ -1,5 +1,5 @@
 -- Retention's keep period runs on when the database appended an event, a
--- time its appender cannot choose (README "Event retention", DESIGN.md §8).
+-- time its appender cannot choose (docs/operations.md "Event retention", docs/design.md §8).
 -- It used to run on occurred_at, which the appender sets: one event claiming
 -- to occur in 2099 held the keep period's floor, and with it every event
 -- appended after it, until 2099; and the oldest event's age (what
@@ -33,7 +33,7 @@
 ALTER TABLE riverbus_event ADD COLUMN appended_at timestamptz;
 
 -- A trigger of its own, not a line in riverbus_event_assign: the horizon
--- checks the assign trigger's body (DESIGN.md §2.4), and the order rule of
+-- checks the assign trigger's body (docs/design.md §2.4), and the order rule of
 -- §1 is all that trigger does. Its one name is schema-qualified, so no
 -- search_path (nor a SET clause, which costs a save and restore on every
 -- row) can change what it calls.

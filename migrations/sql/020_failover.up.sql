@@ -1,5 +1,5 @@
 -- Failover: no number delivered on one timeline is given to another event
--- (DESIGN.md §2.8).
+-- (docs/design.md §2.8).
 --
 -- An asynchronous standby is behind its primary. Promoted, it hands out
 -- again the global sequences (and River job ids) the old primary handed

@@ -18,7 +18,7 @@
 -- (migrations.All reads it, migrations.Up records it).
 --
 -- The handover: migrate takes riverbus_schema_lock (in the private schema,
--- which only riverbus's roles may name, DESIGN.md §2.6; only its owner may
+-- which only riverbus's roles may name, docs/design.md §2.6; only its owner may
 -- lock it, and the check runs as that owner) in ACCESS EXCLUSIVE
 -- mode before it applies a migration that old code may not run against.
 -- The check takes it in ACCESS SHARE mode, and then reads the versions in a

@@ -24,8 +24,8 @@ import (
 // job is one the fan-out could have made for this pool: in the pool's
 // queue, of events the log holds and the pool's filter matches, with args
 // equal to the log's envelope. Anything else is refused: not sent, and a
-// dead letter at once, with the reason as its error (README "Security
-// model").
+// dead letter at once, with the reason as its error (docs/security.md,
+// "Who may do what").
 
 // claim is what a job's args say: one event (bustype.EventJob) or a
 // transaction group's events, or part of them (bustype.GroupJob).

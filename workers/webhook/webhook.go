@@ -97,7 +97,7 @@ type StatusError struct {
 	// When it parses (seconds, or an HTTP date), the error the worker
 	// returns wraps a workers.RetryAfterError, and the pool's retry policy
 	// waits that long before the next attempt, at most the pool's maximum
-	// delay (README, "Retry schedules").
+	// delay (docs/operations.md, "Retry schedules").
 	RetryAfter string
 }
 

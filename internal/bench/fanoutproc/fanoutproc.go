@@ -1,23 +1,24 @@
-// Command fanoutproc is the fan-out process of the backlog and scale-out
-// benchmarks (internal/bench): it runs the fan-out services with the default
-// fanout.Config against DATABASE_URL until every pool's cursor reaches
-// -target, whichever process moved it, then prints one JSON line with the
-// catch-up time, its own peak RSS (VmHWM) and the jobs it inserted, and
-// exits. It runs as a child process so that its memory is its own, and so
-// that several of them share the pools as fan-out processes on several
-// hosts would.
+// Package fanoutproc is the fan-out process of the backlog and scale-out
+// benchmarks (internal/bench), run as the hidden subcommand fanoutproc of
+// riverbus-bench, which the bench starts by re-executing its own binary: it
+// runs the fan-out services with the default fanout.Config against
+// DATABASE_URL until every pool's cursor reaches --target, whichever process
+// moved it, then prints one JSON line with the catch-up time, its own peak
+// RSS (VmHWM) and the jobs it inserted, and exits. It runs as a child process
+// so that its memory is its own, and so that several of them share the pools
+// as fan-out processes on several hosts would.
 //
-// With -ready it prints "ready" once connected and starts catching up when a
+// With --ready it prints "ready" once connected and starts catching up when a
 // line arrives on stdin, so that a parent can start several at once.
-package main
+package fanoutproc
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -26,11 +27,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 )
+
+// Name is the name of the hidden subcommand that runs this process.
+const Name = "fanoutproc"
 
 // Result is what fanoutproc prints.
 type Result struct {
@@ -44,18 +49,30 @@ type Result struct {
 	DoneSeconds float64 `json:"done_seconds"`
 }
 
-func main() {
-	target := flag.Int64("target", 0, "stop when every pool's cursor is at least this sequence")
-	timeout := flag.Duration("timeout", 15*time.Minute, "give up after this long")
-	ready := flag.Bool("ready", false, `print "ready" once connected and start when a line arrives on stdin`)
-	flag.Parse()
-	if err := run(*target, *timeout, *ready); err != nil {
-		fmt.Fprintln(os.Stderr, "fanoutproc:", err)
-		os.Exit(1)
+// Command returns the hidden subcommand Name, which runs this process.
+func Command() *cobra.Command {
+	var (
+		target  int64
+		timeout time.Duration
+		ready   bool
+	)
+	cmd := &cobra.Command{
+		Use:    Name,
+		Short:  "The fan-out process of the backlog and scale-out benchmarks (started by the bench)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(target, timeout, ready, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
 	}
+	f := cmd.Flags()
+	f.Int64Var(&target, "target", 0, "stop when every pool's cursor is at least this sequence")
+	f.DurationVar(&timeout, "timeout", 15*time.Minute, "give up after this long")
+	f.BoolVar(&ready, "ready", false, `print "ready" once connected and start when a line arrives on stdin`)
+	return cmd
 }
 
-func run(target int64, timeout time.Duration, ready bool) error {
+func run(target int64, timeout time.Duration, ready bool, stdin io.Reader, stdout io.Writer) error {
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
 		return errors.New("DATABASE_URL is not set")
@@ -122,7 +139,7 @@ func run(target int64, timeout time.Duration, ready bool) error {
 		return err
 	}
 	if ready {
-		if err := awaitGo(); err != nil {
+		if err := awaitGo(stdin, stdout); err != nil {
 			return err
 		}
 	}
@@ -169,13 +186,13 @@ wait:
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return json.NewEncoder(os.Stdout).Encode(Result{ElapsedSeconds: elapsed.Seconds(), PeakRSSBytes: hwm, Jobs: jobs, DoneSeconds: doneSeconds})
+	return json.NewEncoder(stdout).Encode(Result{ElapsedSeconds: elapsed.Seconds(), PeakRSSBytes: hwm, Jobs: jobs, DoneSeconds: doneSeconds})
 }
 
 // awaitGo prints "ready" and waits for a line on stdin.
-func awaitGo() error {
-	fmt.Println("ready")
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+func awaitGo(stdin io.Reader, stdout io.Writer) error {
+	fmt.Fprintln(stdout, "ready")
+	if _, err := bufio.NewReader(stdin).ReadString('\n'); err != nil {
 		return fmt.Errorf("waiting for the start line on stdin: %w", err)
 	}
 	return nil

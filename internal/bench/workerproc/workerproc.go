@@ -1,20 +1,20 @@
-// Command workerproc is a worker process of the scale-out benchmark
-// (internal/bench): a River client with riverbus's worker settings
-// (internal/riverclient, as a riverbus.Client with workers uses) and a no-op
-// worker for one pool's jobs, against DATABASE_URL. It prints "ready" once
-// the client is built and connected, starts the client when a line arrives
-// on stdin, works jobs until stdin closes, stops the client, and prints one
-// JSON line with the jobs it completed and when it completed its last one.
-// Several run at once as worker processes on several hosts would, sharing
-// the pool's queue.
-package main
+// Package workerproc is a worker process of the scale-out benchmark
+// (internal/bench), run as the hidden subcommand workerproc of
+// riverbus-bench, which the bench starts by re-executing its own binary: a
+// River client with riverbus's worker settings (internal/riverclient, as a
+// riverbus.Client with workers uses) and a no-op worker for one pool's jobs,
+// against DATABASE_URL. It prints "ready" once the client is built and
+// connected, starts the client when a line arrives on stdin, works jobs until
+// stdin closes, stops the client, and prints one JSON line with the jobs it
+// completed and when it completed its last one. Several run at once as worker
+// processes on several hosts would, sharing the pool's queue.
+package workerproc
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,11 +24,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
+
+// Name is the name of the hidden subcommand that runs this process.
+const Name = "workerproc"
 
 // Result is what workerproc prints.
 type Result struct {
@@ -47,19 +51,30 @@ type args struct{ workers.Args }
 
 func (args) Kind() string { return pool }
 
-func main() {
-	flag.StringVar(&pool, "pool", pool, "the pool whose jobs to work (job kind; its default queue)")
-	maxWorkers := flag.Int("max-workers", 100, "River's MaxWorkers for the pool's queue")
-	conns := flag.Int("conns", 10, "connection pool size (as `riverbus work`)")
-	timeout := flag.Duration("timeout", 15*time.Minute, "give up after this long")
-	flag.Parse()
-	if err := run(*maxWorkers, int32(*conns), *timeout); err != nil {
-		fmt.Fprintln(os.Stderr, "workerproc:", err)
-		os.Exit(1)
+// Command returns the hidden subcommand Name, which runs this process.
+func Command() *cobra.Command {
+	var (
+		maxWorkers, conns int
+		timeout           time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:    Name,
+		Short:  "A worker process of the scale-out benchmark (started by the bench)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(maxWorkers, int32(conns), timeout, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&pool, "pool", pool, "the pool whose jobs to work (job kind; its default queue)")
+	f.IntVar(&maxWorkers, "max-workers", 100, "River's MaxWorkers for the pool's queue")
+	f.IntVar(&conns, "conns", 10, "connection pool size (as `riverbus work`)")
+	f.DurationVar(&timeout, "timeout", 15*time.Minute, "give up after this long")
+	return cmd
 }
 
-func run(maxWorkers int, conns int32, timeout time.Duration) error {
+func run(maxWorkers int, conns int32, timeout time.Duration, stdin io.Reader, stdout io.Writer) error {
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
 		return errors.New("DATABASE_URL is not set")
@@ -100,9 +115,9 @@ func run(maxWorkers int, conns int32, timeout time.Duration) error {
 		ChanSize: 100_000,
 	})
 
-	stdin := bufio.NewReader(os.Stdin)
-	fmt.Println("ready")
-	if _, err := stdin.ReadString('\n'); err != nil {
+	lines := bufio.NewReader(stdin)
+	fmt.Fprintln(stdout, "ready")
+	if _, err := lines.ReadString('\n'); err != nil {
 		return fmt.Errorf("waiting for the start line on stdin: %w", err)
 	}
 	start := time.Now()
@@ -112,7 +127,7 @@ func run(maxWorkers int, conns int32, timeout time.Duration) error {
 	// stdin closing is the signal to stop.
 	stop := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, stdin)
+		_, _ = io.Copy(io.Discard, lines)
 		close(stop)
 	}()
 	var r Result
@@ -141,5 +156,5 @@ wait:
 	for ev := range completed {
 		count(ev)
 	}
-	return json.NewEncoder(os.Stdout).Encode(r)
+	return json.NewEncoder(stdout).Encode(r)
 }
