@@ -217,11 +217,11 @@ DECLARE
   v_old bigint;
   v_new bigint;
 BEGIN
-  -- The xid first, as the assign trigger takes it (DESIGN.md §1), and the
+  -- The xid first, as the assign trigger takes it (docs/design.md §1), and the
   -- lock an INSERT takes before its trigger runs: a new number is missing
   -- until this transaction commits, and the horizon's proof must find this
   -- transaction among the possible writers (those holding this lock,
-  -- DESIGN.md §2.2) with an xid below the gap's bound.
+  -- docs/design.md §2.2) with an xid below the gap's bound.
   PERFORM pg_current_xact_id();
   LOCK TABLE public.riverbus_event IN ROW EXCLUSIVE MODE;
   SELECT CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END INTO v_last

@@ -1,4 +1,4 @@
--- The horizon's functions (DESIGN.md §2): the error of a missing horizon
+-- The horizon's functions (docs/design.md §2): the error of a missing horizon
 -- row, the round's lock and who holds it, and the failover fence with its
 -- guard (§2.8), whose triggers are in triggers.sql.
 
@@ -18,7 +18,7 @@ DECLARE
   s text := current_schema();
   priv text := current_setting('riverbus.private_schema');
 BEGIN
-  -- A try-lock of the round's table lock (DESIGN.md §2.6), in the private
+  -- A try-lock of the round's table lock (docs/design.md §2.6), in the private
   -- schema: false when another round holds it. The exception block is a
   -- subtransaction, which takes no xid unless it writes.
   EXECUTE format($f$CREATE OR REPLACE FUNCTION %I.riverbus_horizon_try_lock() RETURNS boolean
@@ -81,7 +81,7 @@ BEGIN
 END
 $b$$f$, s);
 
-  -- The fence (DESIGN.md §2.8, migration 020 says each step's why). Owner's
+  -- The fence (docs/design.md §2.8, migration 020 says each step's why). Owner's
   -- rights: it renumbers events and moves River's id sequence. It does
   -- nothing unless the server is not the one the horizon was recorded on,
   -- so a worker may call it at any time.

@@ -1,4 +1,4 @@
--- Event retention (DESIGN.md §8): what holds it back, one step of it, and
+-- Event retention (docs/design.md §8): what holds it back, one step of it, and
 -- the lock a pool create or reset takes against a step.
 
 DO $current$

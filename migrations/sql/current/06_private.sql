@@ -1,6 +1,6 @@
 -- The functions of the install's private schema (018, 022): where it is,
 -- AppendIf's locks, and the schema check every delivering transaction runs
--- first (DESIGN.md §10).
+-- first (docs/design.md §10).
 
 DO $current$
 DECLARE
