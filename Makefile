@@ -3,7 +3,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help run test test/race test/short bench chaos lint tidy build generate
+.PHONY: help run test test/race test/short bench chaos lint tidy build generate schema
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z\/_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,3 +40,6 @@ tidy: ## go mod tidy
 
 generate: ## go generate
 	$(GO) generate $(PKGS)
+
+schema: ## Regenerate migrations/schema.sql (a throwaway PostgreSQL, migrated, dumped)
+	$(GO) generate ./migrations

@@ -1,5 +1,46 @@
-// Package migrations holds riverbus's schema as embedded, numbered SQL files
-// and applies them, together with River's own migrations, with one call to Up.
+// Package migrations holds riverbus's schema as embedded SQL and applies
+// it, together with River's own migrations, with one call to Up.
+//
+// # Two kinds of file
+//
+// sql/NNN_name.up.sql are the numbered migrations: tables, columns,
+// indexes, roles and grants on tables, applied once each, in order, and
+// recorded in riverbus_migration. They are history: installs in the field
+// have run them, so a shipped one is never edited. Their version is the
+// schema version that builds compare (SchemaCheckVersion, Check).
+//
+// sql/current/*.sql hold the one current text of every function, trigger
+// function and trigger riverbus ships, with their grants: what runs today.
+// Up applies them, in file-name order, after the numbered migrations, on
+// every run: CREATE OR REPLACE FUNCTION, which keeps each function's owner
+// and grants and takes no table lock (replacing a function in use is safe;
+// nothing here drops one), and CREATE OR REPLACE TRIGGER only for a trigger
+// that is missing or differs from its text (sql/current/07_triggers.sql
+// says why). They run in the transaction of the newest migration when Up
+// applies it, so functions change at that migration's commit, and in a
+// transaction of their own otherwise. A fresh install and an upgrade from
+// any version end with the same objects
+// (TestUpgradeFromEachVersionEndsAsAFreshInstall), and schema.sql is that
+// schema, generated (go generate ./migrations) and kept in step by
+// TestSchemaSQLIsCurrent.
+//
+// Files of their own rather than one: each holds the functions of one part
+// (the event log, the horizon, lanes, dead letters, retention, the private
+// schema) beside the comment that says why they are as they are, and the
+// triggers, which need every function made first, come last. The numbered
+// migrations keep the function bodies they shipped with: the fresh install
+// replays them on the way (004 grants EXECUTE on every function existing
+// when it runs, 018 and 019 rewrite retention_step from its text then), so
+// slimming them would change what a fresh install passes through, for no
+// gain once the current texts follow.
+//
+// To change a function or trigger: edit its current text, add a numbered
+// migration (empty but for its comment and, when old code may run against
+// the new text, a riverbus:oldest-code line) so that the schema version
+// moves and builds can tell the texts apart, and regenerate schema.sql. Up
+// applies current texts only when the schema ends at this build's newest
+// migration: over a schema a newer build migrated, it would take that
+// build's texts back.
 //
 // # Concurrency
 //
@@ -7,12 +48,14 @@
 // which only the owner may take, in a transaction on one dedicated
 // connection for its whole run, so any number of processes may call it at
 // once: the first migrates, the others wait and then find nothing left to
-// do. (An advisory lock, which it replaced, could be taken by any login.)
-// Each riverbus migration runs in its own transaction together with the row
-// that records it in riverbus_migration, so a failed migration leaves no
-// trace. Every lock wait is bounded and, when it runs out, names who held
-// the lock.
+// do but put the current texts in again. (An advisory lock, which it
+// replaced, could be taken by any login.) Each riverbus migration runs in
+// its own transaction together with the row that records it in
+// riverbus_migration, so a failed migration leaves no trace. Every lock
+// wait is bounded and, when it runs out, names who held the lock.
 package migrations
+
+//go:generate go run ./internal/genschema schema.sql
 
 import (
 	"cmp"
@@ -41,8 +84,34 @@ import (
 	"github.com/riverbus/riverbus/internal/pooler"
 )
 
-//go:embed sql/*.up.sql
+//go:embed sql/*.up.sql sql/current/*.sql
 var files embed.FS
+
+// currentText is one file of sql/current: the current text of some of
+// riverbus's functions and triggers.
+type currentText struct {
+	Name string
+	SQL  string
+}
+
+// current returns the files of sql/current in the order Up applies them
+// (by name).
+func current() ([]currentText, error) {
+	entries, err := fs.Glob(files, "sql/current/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(entries)
+	texts := make([]currentText, 0, len(entries))
+	for _, path := range entries {
+		sql, err := files.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		texts = append(texts, currentText{Name: strings.TrimPrefix(path, "sql/"), SQL: string(sql)})
+	}
+	return texts, nil
+}
 
 // Migration is one embedded riverbus migration.
 type Migration struct {
@@ -348,8 +417,21 @@ func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private
 		return fmt.Errorf("migrate: read riverbus_migration: %w", err)
 	}
 	applied := map[int]bool{}
+	schema := 0
 	for _, v := range versions {
 		applied[v] = true
+		schema = max(schema, v)
+	}
+	// The current texts are this build's: they go in when the schema ends
+	// at this build's newest migration, not when a test stops below it
+	// (UpTo), nor over a schema a newer build migrated, whose texts they
+	// would take back.
+	last := all[len(all)-1].Version
+	var texts []currentText
+	if last >= newest() && schema <= last {
+		if texts, err = current(); err != nil {
+			return fmt.Errorf("migrate: read the current functions and triggers: %w", err)
+		}
 	}
 	for _, m := range all {
 		if applied[m.Version] {
@@ -364,21 +446,54 @@ func applyRiverbus(ctx context.Context, conn *pgx.Conn, all []Migration, private
 				if err := handOver(ctx, tx, m, private); err != nil {
 					return err
 				}
-				if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				_, err := tx.Exec(ctx, m.SQL)
+				if err != nil {
 					return err
 				}
 				if m.OldestCode != 0 {
-					_, err := tx.Exec(ctx, "INSERT INTO riverbus_migration (version, name, oldest_code) VALUES ($1, $2, $3)", m.Version, m.Name, m.OldestCode)
+					_, err = tx.Exec(ctx, "INSERT INTO riverbus_migration (version, name, oldest_code) VALUES ($1, $2, $3)", m.Version, m.Name, m.OldestCode)
+				} else {
+					_, err = tx.Exec(ctx, "INSERT INTO riverbus_migration (version, name) VALUES ($1, $2)", m.Version, m.Name)
+				}
+				if err != nil || m.Version != last {
 					return err
 				}
-				_, err := tx.Exec(ctx, "INSERT INTO riverbus_migration (version, name) VALUES ($1, $2)", m.Version, m.Name)
-				return err
+				// The newest migration's transaction: its functions and
+				// triggers change with it, at its commit.
+				return applyCurrent(ctx, tx, texts)
 			})
 		})
 		if err != nil {
 			return database.WrapOp(op, err)
 		}
 		res.Riverbus = append(res.Riverbus, m.Version)
+	}
+	if applied[last] && len(texts) > 0 {
+		// Nothing to migrate: the current texts go in alone, and put back
+		// what was changed by hand (a function replaced, a trigger
+		// dropped) or by a build of this version with other texts.
+		const op = "migrate: apply the current functions and triggers"
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('riverbus.private_schema', $1, true)`, private); err != nil {
+				return err
+			}
+			return database.WaitLockTxNotify(ctx, tx, op, stmtTimeout, waiting(logger, op, stmtTimeout), func() error {
+				return applyCurrent(ctx, tx, texts)
+			})
+		})
+		if err != nil {
+			return database.WrapOp(op, err)
+		}
+	}
+	return nil
+}
+
+// applyCurrent runs the current texts in tx, in order.
+func applyCurrent(ctx context.Context, tx pgx.Tx, texts []currentText) error {
+	for _, t := range texts {
+		if _, err := tx.Exec(ctx, t.SQL); err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
 	}
 	return nil
 }
@@ -411,8 +526,8 @@ func handOver(ctx context.Context, tx pgx.Tx, m Migration, private string) error
 	if m.Version <= SchemaCheckVersion {
 		return nil // code before the check stops only by being stopped
 	}
-	var needs int
-	if err := tx.QueryRow(ctx, sqlSchemaNeeds).Scan(&needs); err != nil {
+	var schema, needs int
+	if err := tx.QueryRow(ctx, sqlSchemaVersions).Scan(&schema, &needs); err != nil {
 		return fmt.Errorf("read the schema's needs: %w", err)
 	}
 	if m.needs() <= needs {
@@ -423,11 +538,9 @@ func handOver(ctx context.Context, tx pgx.Tx, m Migration, private string) error
 	return err
 }
 
-// sqlSchemaNeeds: the oldest code version that may run against the
-// schema (migration 022's riverbus_migration.oldest_code).
-const sqlSchemaNeeds = `SELECT coalesce(max(coalesce(oldest_code, version)), 0) FROM riverbus_migration`
-
-// sqlSchemaVersions: the schema's version and its needs.
+// sqlSchemaVersions: the schema's version and its needs, the oldest code
+// version that may run against it (migration 022's
+// riverbus_migration.oldest_code), as riverbus_schema_check reads them.
 const sqlSchemaVersions = `SELECT coalesce(max(version), 0), coalesce(max(coalesce(oldest_code, version)), 0) FROM riverbus_migration`
 
 // ensurePrivateSchema creates the install's private schema and the table

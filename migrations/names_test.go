@@ -107,8 +107,8 @@ func searchPathProblem(path string, writable map[string]bool) string {
 // names, whoever calls it and whatever its session holds: it pins
 // search_path to pg_catalog first and pg_temp last, with no schema another
 // role may create in, or it is one of the qualified hot-path functions
-// (checked by running them, below). A migration that adds or replaces a
-// function without its SET clause fails here.
+// (checked by running them, below). A function whose current text
+// (sql/current) lacks its SET clause fails here.
 func TestFunctionsResolveOnlyTheirOwnNames(t *testing.T) {
 	t.Parallel()
 	b := setupRoles(t)

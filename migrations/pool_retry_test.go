@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -118,4 +119,66 @@ func TestWorkerRoleReadsButCannotChangeRetrySchedules(t *testing.T) {
 		`UPDATE riverbus_pool SET retry_base = '1 minute', retry_max_delay = '1 hour'`,
 		`UPDATE riverbus_pool SET retry_factor = 1`,
 		`UPDATE riverbus_pool SET retry_jitter = 0`)
+}
+
+// The rescue trigger's schedule (riverbus_rescue_retry, in
+// sql/current/04_dead_letters.sql) is bustype.RetrySchedule's, which the
+// River retry policy of pool jobs (internal/retry) uses: for every failure
+// count, the same delay, and jitter shortens it by the same fraction.
+func TestRescueRetryIsTheGoSchedule(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const failures = 60 // past every cap below, and past the SQL's exponent limit with factor 10 at 301
+	for i, s := range []bustype.RetrySchedule{
+		bustype.RetryScheduleDefault,
+		{Base: 250 * time.Millisecond, Factor: 1.5, MaxDelay: time.Hour},
+		{Base: time.Millisecond, Factor: 10, MaxDelay: 7 * 24 * time.Hour},
+		{Base: 5 * time.Second, Factor: 1, MaxDelay: 5 * time.Second},
+		{Base: 3 * time.Second, Factor: 2, MaxDelay: 24 * time.Hour, Jitter: 0.5},
+	} {
+		name := fmt.Sprintf("retry_%d", i)
+		_, err := pool.Exec(ctx, `INSERT INTO riverbus_pool (name, start_after, cursor_seq, retry_base, retry_factor, retry_max_delay, retry_jitter)
+			VALUES ($1, 0, 0, $2, $3, $4, $5)`, name, s.Base, s.Factor, s.MaxDelay, s.Jitter)
+		require.NoError(t, err)
+		// A running job per failure count n (the rescuer's error last), as
+		// River's rescuer finds it; 301 for the exponent limit.
+		_, err = pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, state, attempt, attempted_at, errors)
+			SELECT '{}', $1, 1000, 'running', n, now(), ARRAY(
+				SELECT jsonb_build_object('at', now(), 'attempt', a,
+					'error', CASE WHEN a = n THEN 'Stuck job rescued by JobRescuer' ELSE 'failed' END)
+				FROM generate_series(1, n) a)
+			FROM (SELECT generate_series(1, $2) UNION ALL SELECT 301) g(n)`, name, failures)
+		require.NoError(t, err)
+		got := map[int]time.Duration{}
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			// The rescuer discards them; the trigger makes each retryable at
+			// now() plus its delay (now() is the transaction's).
+			rows, err := tx.Query(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE kind = $1
+				RETURNING cardinality(errors), state::text, (extract(epoch FROM scheduled_at - now()) * 1000000)::bigint`, name)
+			if err != nil {
+				return err
+			}
+			var n int
+			var state string
+			var micros int64
+			_, err = pgx.ForEachRow(rows, []any{&n, &state, &micros}, func() error {
+				require.Equal(t, "retryable", state)
+				got[n] = time.Duration(micros) * time.Microsecond
+				return nil
+			})
+			return err
+		}))
+		require.Len(t, got, failures+1)
+		for n, d := range got {
+			want := s.Delay(n)
+			if s.Jitter == 0 {
+				// PostgreSQL keeps microseconds.
+				require.InDelta(t, float64(want), float64(d), float64(time.Microsecond), "%s: failure %d", s, n)
+				continue
+			}
+			require.LessOrEqual(t, d, want+time.Microsecond, "%s: failure %d", s, n)
+			require.GreaterOrEqual(t, d, s.Jittered(want, 1)-time.Microsecond, "%s: failure %d", s, n)
+		}
+	}
 }

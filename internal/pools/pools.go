@@ -19,16 +19,13 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// poolNameRE is River's rule for a job kind, narrowed to what is safe in SQL,
-// URLs and the UI.
 var (
-	poolNameRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{1,99}$`)
 	queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
 	tagRE       = regexp.MustCompile(`^[^=]+=`)
 )
 
 func normalize(p *bustype.PoolParams) error {
-	if !poolNameRE.MatchString(p.Name) {
+	if !riversql.PoolName.MatchString(p.Name) {
 		return fmt.Errorf("%w: name %q must be 2-100 letters, digits, _ . - or :, starting with a letter, digit or _ (River job kinds have at least two characters)", bustype.ErrInvalidPool, p.Name)
 	}
 	if p.Queue == "" {

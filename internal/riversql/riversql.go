@@ -7,13 +7,19 @@
 // River's own client: the same job row, the same notification, the same
 // queue row, and the River version in go.mod.
 //
-// Migrations 003, 005, 009 and 012 send the insert notification from SQL
-// functions too; shipped migrations are never edited, so they keep their
-// own copy, which the tests pin to NotifyInsert's topic and payload.
+// The lane release (riverbus_release_lanes, in migrations/sql/current)
+// sends the insert notification from SQL too, and the shipped migrations
+// that defined it before keep their own copies; the tests pin each to
+// NotifyInsert's topic and payload.
+//
+// Rules that SQL holds as well as Go are written here once for Go and
+// pinned to their SQL by tests: PoolName (riverbus_pool's CHECK) and
+// EventEnvelope (riverbus_event_envelope).
 package riversql
 
 import (
 	"context"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -36,10 +42,24 @@ const NotifyInsert = `pg_notify(coalesce(current_schema() || '.', '') || 'river_
 // (text[]) and returns how many it sent.
 const NotifyInsertQueues = `SELECT count(` + NotifyInsert + `) FROM unnest($1::text[]) AS q(queue)`
 
+// PoolNamePattern is the rule for a pool's name, which is the River job
+// kind of its jobs: River's rule for a kind (at least two characters),
+// narrowed to what is safe in SQL, URLs, header values and the UI: 2 to
+// 100 letters, digits, _ . - or :, the first not . - or :. riverbus_pool's
+// CHECK riverbus_pool_name_valid (migration 005) is the same expression;
+// TestPoolNameIsTheCheck keeps them so.
+const PoolNamePattern = `^[A-Za-z0-9_][A-Za-z0-9_.:-]{1,99}$`
+
+// PoolName matches the names PoolNamePattern allows.
+var PoolName = regexp.MustCompile(PoolNamePattern)
+
 // EventEnvelope is the envelope of the event whose row is e, as
 // riverbus_event holds it: a bustype.Event. Workers get it for each event of
 // their jobs (a job's args may carry only a reference to it: EventArgs), and
-// a webhook sends it, rebuilt from the log, whatever a job row says.
+// a webhook sends it, rebuilt from the log, whatever a job row says. The
+// database's riverbus_event_envelope builds the same object, for the retry
+// of an undeliverable event's dead letter: TestEnvelopesAgree keeps the two
+// and bustype.Event in step.
 const EventEnvelope = `jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
 	'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata, 'occurred_at', e.occurred_at)`
 

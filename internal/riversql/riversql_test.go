@@ -3,14 +3,19 @@ package riversql_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -18,6 +23,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/riversql"
 	"github.com/riverbus/riverbus/internal/testwait"
@@ -31,7 +38,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 const recheck = `check riversql against the new River, then set RiverVersion:
   - the insert notification: River's notifier topic (internal/notifier, NotificationTopicInsert),
     its payload (Client.maybeNotifyInsertForQueues), the channel its Listener LISTENs on
-    (riverpgxv5 Listener.Connect/Listen): NotifyInsert, and migrations 003, 005, 009, 012;
+    (riverpgxv5 Listener.Connect/Listen): NotifyInsert, and riverbus_release_lanes in
+    migrations/sql/current/03_lanes.sql (the current text; regenerate schema.sql);
   - river_job's columns and defaults (riverpgxv5/migration/main) and River's bulk insert
     (riverpgxv5 JobInsertFastManyNoReturning): JobColumnList, JobRow;
   - river_queue and River's QueueCreateOrSetUpdatedAt: QueueEnsure;
@@ -266,9 +274,9 @@ func TestQueueEnsureIsRiversQueue(t *testing.T) {
 	require.NotNil(t, q.PausedAt)
 }
 
-// The migrations' SQL functions that wake River's producers (they cannot
-// use NotifyInsert: shipped migrations are not edited) send the same
-// topic and payload.
+// The SQL functions that wake River's producers (they cannot use
+// NotifyInsert: their text is SQL of its own), as the current texts define
+// them and as the shipped migrations did, send the same topic and payload.
 func TestMigrationsNotifyAsRiver(t *testing.T) {
 	t.Parallel()
 	all, err := migrations.All()
@@ -288,5 +296,99 @@ func TestMigrationsNotifyAsRiver(t *testing.T) {
 		}
 	}
 	require.Equal(t, []int{3, 5, 9, 12, 16, 17}, found, "the migrations that send River's insert notification")
+	current, err := filepath.Glob(filepath.Join("..", "..", "migrations", "sql", "current", "*.sql"))
+	require.NoError(t, err)
+	require.NotEmpty(t, current)
+	var sending []string
+	for _, path := range current {
+		text, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for _, call := range notify.FindAllString(string(text), -1) {
+			if strings.Contains(call, "river_insert") {
+				require.Regexp(t, want, call, path)
+				sending = append(sending, filepath.Base(path))
+			}
+		}
+	}
+	require.Equal(t, []string{"03_lanes.sql"}, sending, "the current texts that send River's insert notification")
 	require.Contains(t, riversql.NotifyInsert, `'river_insert', json_build_object('queue', queue)::text)`)
+}
+
+// PoolName and riverbus_pool's CHECK are one rule: the same expression,
+// and the same answer for a name at each boundary.
+func TestPoolNameIsTheCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	var check string
+	require.NoError(t, db.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
+		WHERE conrelid = 'riverbus_pool'::regclass AND conname = 'riverbus_pool_name_valid'`).Scan(&check))
+	require.Equal(t, "CHECK ((name ~ '"+riversql.PoolNamePattern+"'::text)) NOT VALID", check)
+
+	for _, c := range []struct {
+		name  string
+		valid bool
+	}{
+		{"", false},
+		{"a", false}, // River refuses job kinds of one character
+		{"ab", true},
+		{"_a", true},
+		{"a.b:c-d_e", true},
+		{".a", false},
+		{"-a", false},
+		{":a", false},
+		{"a b", false},
+		{"a/b", false},
+		{"é1", false},
+		{strings.Repeat("a", 99), true},
+		{strings.Repeat("a", 100), true},
+		{strings.Repeat("a", 101), false},
+	} {
+		require.Equal(t, c.valid, riversql.PoolName.MatchString(c.name), "Go, name %q (%d chars)", c.name, len(c.name))
+		_, err := db.Exec(ctx, `INSERT INTO riverbus_pool (name, start_after, cursor_seq) VALUES ($1, 0, 0)`, c.name)
+		if c.valid {
+			require.NoError(t, err, "SQL, name %q (%d chars)", c.name, len(c.name))
+		} else {
+			require.Equal(t, pgerrcode.CheckViolation, database.Code(err), "SQL, name %q (%d chars): %v", c.name, len(c.name), err)
+		}
+	}
+}
+
+// An event's envelope is one object whoever builds it: EventEnvelope in
+// Go's queries, riverbus_event_envelope in the database (the retry of an
+// undeliverable event's dead letter), and bustype.Event, its Go type, has
+// exactly its fields.
+func TestEnvelopesAgree(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	var seq int64
+	require.NoError(t, db.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, tags, data, metadata, occurred_at)
+		VALUES ('order.placed', 'k1', '{a=1,b=2}', '{"n": 1, "s": "x"}', '{"m": true}', '2026-01-02 03:04:05.678901+00')
+		RETURNING global_sequence`).Scan(&seq))
+	var goSQL, dbSQL string
+	require.NoError(t, db.QueryRow(ctx, `SELECT (`+riversql.EventEnvelope+`)::text, riverbus_event_envelope(ARRAY[e.global_sequence])->>0
+		FROM riverbus_event e WHERE e.global_sequence = $1`, seq).Scan(&goSQL, &dbSQL))
+	require.JSONEq(t, goSQL, dbSQL, "riversql.EventEnvelope and riverbus_event_envelope")
+
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(goSQL), &fields))
+	var want []string
+	for f := range reflect.TypeFor[bustype.Event]().Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		want = append(want, name)
+	}
+	require.ElementsMatch(t, want, slices.Collect(maps.Keys(fields)), "bustype.Event's fields")
+	dec := json.NewDecoder(strings.NewReader(goSQL))
+	dec.DisallowUnknownFields()
+	var e bustype.Event
+	require.NoError(t, dec.Decode(&e))
+	require.Equal(t, seq, e.GlobalSequence)
+	require.Equal(t, "order.placed", e.Type)
+	require.Equal(t, "k1", e.Key)
+	require.Equal(t, []string{"a=1", "b=2"}, e.Tags)
+	require.JSONEq(t, `{"n": 1, "s": "x"}`, string(e.Data))
+	require.JSONEq(t, `{"m": true}`, string(e.Metadata))
+	require.True(t, e.OccurredAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 678901000, time.UTC)), e.OccurredAt)
+	require.NotEqual(t, uuid.Nil, e.EventID)
 }

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/riverbus/riverbus/internal/redact"
 	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/internal/riversql"
 	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -50,10 +50,6 @@ const (
 	// body is cut off and its connection closed.
 	DrainMax = 64 << 10
 )
-
-// poolNameRE is fanout's rule for pool names, which also keeps the name
-// safe as a header value.
-var poolNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$`)
 
 // Config is the webhook of one pool.
 type Config struct {
@@ -173,8 +169,8 @@ type worker struct {
 }
 
 func newWorker(cfg Config) (*worker, error) {
-	if !poolNameRE.MatchString(cfg.Pool) {
-		return nil, fmt.Errorf("Pool must be 1-100 letters, digits, _ . - or :, starting with a letter, digit or _, got %q", cfg.Pool)
+	if !riversql.PoolName.MatchString(cfg.Pool) {
+		return nil, fmt.Errorf("Pool must be 2-100 letters, digits, _ . - or :, starting with a letter, digit or _ (River job kinds have at least two characters), got %q", cfg.Pool)
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {

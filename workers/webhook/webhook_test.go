@@ -278,6 +278,7 @@ func TestRegisterValidates(t *testing.T) {
 	}{
 		{"no pool", func(c *webhook.Config) { c.Pool = "" }, "Pool must be"},
 		{"bad pool", func(c *webhook.Config) { c.Pool = "a b" }, "Pool must be"},
+		{"one-character pool", func(c *webhook.Config) { c.Pool = "a" }, "Pool must be"}, // River refuses such a kind
 		{"no URL", func(c *webhook.Config) { c.URL = "" }, "URL must be an absolute http or https URL"},
 		{"relative URL", func(c *webhook.Config) { c.URL = "/in" }, "URL must be"},
 		{"no host", func(c *webhook.Config) { c.URL = "http:///in" }, "URL must be"},
