@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -116,21 +117,32 @@ func SkipPayloads(ctx context.Context) context.Context {
 	return context.WithValue(ctx, skipPayloadsKey{}, true)
 }
 
-// payloadQuery reads the payloads of the events seqs names, as
-// riversql.EventPayloads returns them.
-type payloadQuery func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata []string, err error)
+// payloadQuery reads the payloads of the events seqs names, with the event
+// ids ids: the sequences found, and their data and metadata.
+type payloadQuery func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata [][]byte, err error)
 
 func (r *resolvePayloads) WorkBegin(ctx context.Context, job *rivertype.JobRow) error {
 	if !bytes.Contains(job.EncodedArgs, payloadInLog) || ctx.Value(skipPayloadsKey{}) != nil {
 		return nil
 	}
-	return r.resolve(ctx, job, func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata []string, err error) {
+	return r.resolve(ctx, job, func(ctx context.Context, seqs []int64, ids []uuid.UUID) (found []int64, data, metadata [][]byte, err error) {
 		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		err = client.Driver().GetExecutor().QueryRow(ctx, riversql.EventPayloads, seqs, ids).Scan(&found, &data, &metadata)
-		return found, data, metadata, err
+		exec := client.Driver().GetExecutor()
+		// One statement per event, most often the only one of the job.
+		for i, seq := range seqs {
+			var d, m []byte
+			switch err := exec.QueryRow(ctx, riversql.EventPayload, seq, ids[i]).Scan(&d, &m); {
+			case errors.Is(err, pgx.ErrNoRows):
+				continue
+			case err != nil:
+				return nil, nil, nil, err
+			}
+			found, data, metadata = append(found, seq), append(data, d), append(metadata, m)
+		}
+		return found, data, metadata, nil
 	})
 }
 
@@ -169,7 +181,7 @@ type eventRef struct {
 // reference's fields, without payload_in_log, and the event's data and
 // metadata as query reads them. Elements without a reference are kept
 // byte for byte.
-func resolveArgs(ctx context.Context, args []byte, query func(context.Context, []int64, []uuid.UUID) ([]int64, []string, []string, error)) ([]byte, error) {
+func resolveArgs(ctx context.Context, args []byte, query payloadQuery) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(args, &top); err != nil {
 		return nil, fmt.Errorf("decode args to find payload references: %w", err)
@@ -221,7 +233,7 @@ func resolveArgs(ctx context.Context, args []byte, query func(context.Context, [
 	type payload struct{ data, metadata json.RawMessage }
 	found := make(map[int64]payload, len(seqsFound))
 	for i, seq := range seqsFound {
-		found[seq] = payload{json.RawMessage(data[i]), json.RawMessage(metadata[i])}
+		found[seq] = payload{data[i], metadata[i]}
 	}
 	var missing []int64
 	for _, seq := range seqs {

@@ -18,14 +18,14 @@ import (
 func TestResolveArgs(t *testing.T) {
 	id1, id2 := uuid.New(), uuid.New()
 	logged := map[int64]uuid.UUID{1: id1, 3: id2}
-	query := func(_ context.Context, seqs []int64, ids []uuid.UUID) ([]int64, []string, []string, error) {
+	query := func(_ context.Context, seqs []int64, ids []uuid.UUID) ([]int64, [][]byte, [][]byte, error) {
 		var found []int64
-		var data, metadata []string
+		var data, metadata [][]byte
 		for i, seq := range seqs {
 			if logged[seq] == ids[i] {
 				found = append(found, seq)
-				data = append(data, `{"big": `+string(rune('0'+seq))+`}`)
-				metadata = append(metadata, `{}`)
+				data = append(data, []byte(`{"big": `+string(rune('0'+seq))+`}`))
+				metadata = append(metadata, []byte(`{}`))
 			}
 		}
 		return found, data, metadata, nil
@@ -74,14 +74,14 @@ func TestResolvePayloadsReadsAtMostPayloadReadsMax(t *testing.T) {
 	r.reads = make(chan struct{}, PayloadReadsMax)      // the process's own, as every client shares it
 	var inFlight, most atomic.Int32
 	release := make(chan struct{})
-	query := func(ctx context.Context, seqs []int64, ids []uuid.UUID) ([]int64, []string, []string, error) {
+	query := func(ctx context.Context, seqs []int64, ids []uuid.UUID) ([]int64, [][]byte, [][]byte, error) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
 		select {
 		case <-release:
-			return seqs, []string{`{"big": true}`}, []string{`{}`}, nil
+			return seqs, [][]byte{[]byte(`{"big": true}`)}, [][]byte{[]byte(`{}`)}, nil
 		case <-ctx.Done():
 			return nil, nil, nil, ctx.Err()
 		}
@@ -116,7 +116,7 @@ func TestResolvePayloadsReadsAtMostPayloadReadsMax(t *testing.T) {
 func TestResolvePayloadsBudget(t *testing.T) {
 	r := newResolvePayloads(2*time.Second, 2*time.Second+400*time.Millisecond)
 	require.Equal(t, 200*time.Millisecond, r.budget)
-	blocked := func(ctx context.Context, _ []int64, _ []uuid.UUID) ([]int64, []string, []string, error) {
+	blocked := func(ctx context.Context, _ []int64, _ []uuid.UUID) ([]int64, [][]byte, [][]byte, error) {
 		<-ctx.Done()
 		return nil, nil, nil, ctx.Err()
 	}

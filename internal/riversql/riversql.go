@@ -102,18 +102,14 @@ const EventArgs = `CASE WHEN ` + PayloadBig + `
 		'key', e.key, 'tags', to_jsonb(e.tags), 'occurred_at', e.occurred_at, 'payload_in_log', true)
 	ELSE ` + EventEnvelope + ` END`
 
-// EventPayloads returns the data and metadata of the events whose
-// sequences and event ids are $1 (bigint[]) and $2 (uuid[]), as three
-// arrays (global_sequence, data and metadata as text): the payloads a job's references name
-// (bustype.EventJobRef). An event the log no longer holds, or holds under
-// another id, is not returned. Arrays, so that River's executor (QueryRow
-// only) can read them. Only the payloads cross: the worker puts them
-// into the args itself, which costs the database no rebuild of a big
-// value.
-const EventPayloads = `SELECT coalesce(array_agg(e.global_sequence), '{}'), coalesce(array_agg(e.data::text), '{}'),
-	coalesce(array_agg(e.metadata::text), '{}')
-FROM unnest($1::bigint[], $2::uuid[]) AS r(seq, id)
-JOIN riverbus_event e ON e.global_sequence = r.seq AND e.event_id = r.id`
+// EventPayload returns the data and metadata, as text, of the event whose
+// sequence and event id are $1 and $2: the payload a job's reference names
+// (bustype.EventJobRef); no row when the log no longer holds the event, or
+// holds it under another id. One event and plain columns: the text of a big
+// payload is the cost of the read (jsonb's output, seconds for tens of
+// megabytes on a busy server), and an array around it would be written out
+// and parsed once more, escaped, on each side.
+const EventPayload = `SELECT e.data::text, e.metadata::text FROM riverbus_event e WHERE e.global_sequence = $1 AND e.event_id = $2`
 
 // JobColumnList is the columns of river_job that riverbus sets when it
 // inserts a job, in the order of JobRow's values: River's own bulk insert's
