@@ -20,6 +20,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // TestRunSmoke runs every scenario once at a tiny scale: it keeps the harness
 // working, and asserts nothing about speed.
 func TestRunSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("every scenario with its processes: not in -short")
+	}
 	// A guard against a hung scenario, not a speed check: a loaded 2-core
 	// machine needs a few minutes for every scenario with its processes.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
