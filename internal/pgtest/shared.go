@@ -66,8 +66,7 @@ func sharedDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(root))
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("riverbus-pgtest-%d-%s", os.Geteuid(), hex.EncodeToString(sum[:6])))
+	dir := sharedDirOf(root)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
@@ -83,6 +82,12 @@ func sharedDir() (string, error) {
 		return "", err
 	}
 	return dir, nil
+}
+
+// sharedDirOf names the directory of the module whose root is root.
+func sharedDirOf(root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("riverbus-pgtest-%d-%s", os.Geteuid(), hex.EncodeToString(sum[:6])))
 }
 
 // moduleRoot is the directory of the go.mod above the working directory
