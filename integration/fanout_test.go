@@ -32,9 +32,12 @@ func TestFanoutProcessesKilledMidBatch(t *testing.T) {
 		_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: name})
 		require.NoError(t, err)
 	}
-	// Small batches, so a kill lands in the middle of many of them.
-	env := []string{"RIVERBUS_BATCH_SIZE=7", "RIVERBUS_POLL_INTERVAL=50ms", "RIVERBUS_LOG_LEVEL=warn"}
-	procs := []*proc{start(t, dbURL, "riverbus", env, "fanout"), start(t, dbURL, "riverbus", env, "fanout")}
+	// Small batches, so a kill lands in the middle of many of them. At
+	// level info a process says "fan-out started" once it handles SIGTERM:
+	// the last one restarted may be stopped before it has.
+	env := []string{"RIVERBUS_BATCH_SIZE=7", "RIVERBUS_POLL_INTERVAL=50ms", "RIVERBUS_LOG_LEVEL=info"}
+	fanoutProc := func() *proc { return start(t, dbURL, "riverbus", env, "fanout").readyOn("fan-out started") }
+	procs := []*proc{fanoutProc(), fanoutProc()}
 
 	// Three more instances in this process.
 	runCtx, cancel := context.WithCancel(ctx)
@@ -58,7 +61,7 @@ func TestFanoutProcessesKilledMidBatch(t *testing.T) {
 			i := rand.IntN(len(procs))
 			procs[i].kill9()
 			kills++
-			procs[i] = start(t, dbURL, "riverbus", env, "fanout")
+			procs[i] = fanoutProc()
 		}
 	}
 	committed := load.wait(t, db)

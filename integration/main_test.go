@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -48,11 +49,16 @@ func TestMain(m *testing.M) {
 // proc is a child process of a test.
 type proc struct {
 	t    *testing.T
-	name string
+	name string // the binary and its arguments
 	cmd  *exec.Cmd
 	out  *syncBuffer
 	done chan struct{}
 	err  error
+	// ready is what the child prints once it handles SIGTERM (readyOn);
+	// stop waits for it.
+	ready string
+	// killed records that the test killed the child with SIGKILL.
+	killed bool
 }
 
 type syncBuffer struct {
@@ -82,42 +88,84 @@ func start(t *testing.T, dbURL, bin string, env []string, args ...string) *proc 
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
-	p := &proc{t: t, name: bin, cmd: cmd, out: out, done: make(chan struct{})}
+	name := strings.Join(append([]string{bin}, args...), " ")
+	p := &proc{t: t, name: name, cmd: cmd, out: out, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		p.kill9()
+		running := p.kill9()
 		if t.Failed() {
-			t.Logf("%s output:\n%s", p.name, p.out.String())
+			t.Log(p.describe(running))
 		}
 	})
 	return p
 }
 
-func (p *proc) kill9() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+// readyOn tells stop what p prints once it handles SIGTERM, and returns p.
+func (p *proc) readyOn(line string) *proc {
+	p.ready = line
+	return p
 }
 
-// stop sends SIGTERM and waits for a clean exit.
+// kill9 kills p with SIGKILL unless it has exited, waits for it to end,
+// and reports whether it was still running.
+func (p *proc) kill9() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+	}
+	p.killed = true
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	return true
+}
+
+// describe says how p ended and what it printed, for a failing test's log:
+// "(no output)" rather than a blank, so a child that died before writing a
+// line is told apart from a missing log.
+func (p *proc) describe(runningAtEnd bool) string {
+	how := fmt.Sprintf("exited: %v", p.err)
+	switch {
+	case p.err == nil:
+		how = "exited cleanly"
+	case runningAtEnd:
+		how = "still running when the test ended (killed)"
+	case p.killed:
+		how = "killed by the test (SIGKILL)"
+	}
+	out := p.out.String()
+	if strings.TrimSpace(out) == "" {
+		out = "(no output)"
+	}
+	return fmt.Sprintf("%s (pid %d) %s; output:\n%s", p.name, p.cmd.Process.Pid, how, out)
+}
+
+// stop sends SIGTERM and waits for a clean exit. A child that gets SIGTERM
+// before it installs its handler dies of it ("signal: terminated"), so
+// stop first waits for the child's ready line when readyOn gave one: a
+// test that may stop a child right after starting it must give one.
 func (p *proc) stop() {
 	p.t.Helper()
+	if p.ready != "" {
+		p.waitOutput(p.ready, readyTimeout)
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-		require.NoError(p.t, p.err, "%s exited with an error:\n%s", p.name, p.out.String())
-	case <-time.After(20 * time.Second):
+		require.NoError(p.t, p.err, "%s", p.describe(false))
+	case <-time.After(60 * time.Second):
 		p.kill9()
-		p.t.Fatalf("%s did not stop within 20s after SIGTERM:\n%s", p.name, p.out.String())
+		p.t.Fatalf("did not stop within 60s after SIGTERM: %s", p.describe(true))
 	}
 }
+
+// readyTimeout is how long a child may take to start: generous, since a
+// machine busy with other work starts a Go binary and connects it slowly,
+// and the tests assert what children do, not how fast they start.
+const readyTimeout = 2 * time.Minute
 
 func (p *proc) waitOutput(s string, timeout time.Duration) {
 	p.t.Helper()

@@ -168,7 +168,8 @@ func TestCheckOlderSchema(t *testing.T) {
 func schemaLockWaiters(t *testing.T, db *pgxpool.Pool) int {
 	var n int
 	require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-		WHERE c.relname = 'riverbus_schema_lock' AND NOT l.granted`).Scan(&n))
+		WHERE c.relname = 'riverbus_schema_lock' AND NOT l.granted
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n))
 	return n
 }
 

@@ -30,9 +30,13 @@ type TB interface {
 }
 
 // Main runs the package's tests against a real PostgreSQL and exits: call it
-// from TestMain. It starts one throwaway server for the whole test binary
-// (or uses the server at EnvURL), migrates a template database once, and
-// stops the server when the tests end, also on SIGINT or SIGTERM.
+// from TestMain. It uses a throwaway server that every test binary of the
+// module run by the same user shares (so `go test ./...` starts one, not
+// one per package), starting it when none runs, or the server at EnvURL.
+// It migrates a template database once per schema, and drops the
+// databases its tests created when they end, also on SIGINT or SIGTERM;
+// the throwaway server stops as soon as no test binary or go test run uses
+// it.
 //
 // The throwaway server needs PostgreSQL's server binaries (initdb and
 // postgres: `pg_config --bindir`, PATH or /usr/lib/postgresql/*/bin). Run as

@@ -64,7 +64,9 @@ func TestStatementsTotals(t *testing.T) {
 		defer other.Close()
 
 		s := &statements{db: pool}
-		_, err = pool.Exec(ctx, "SELECT pg_sleep(0.05)") // before the reset: not counted
+		// The sleeps not counted are far longer than the ten counted ones,
+		// so a machine busy with other work cannot blur the difference.
+		_, err = pool.Exec(ctx, "SELECT pg_sleep(0.5)") // before the reset: not counted
 		require.NoError(t, err)
 		require.NoError(t, s.reset(ctx))
 		for range 10 {
@@ -80,6 +82,6 @@ func TestStatementsTotals(t *testing.T) {
 		require.GreaterOrEqual(t, calls, int64(10))
 		require.Less(t, calls, int64(15), "the reset and the read, at most, besides the ten")
 		require.GreaterOrEqual(t, ms, 20.0, "ten sleeps of 2 ms")
-		require.Less(t, ms, 50.0, "neither the sleep before the reset nor the other database's")
+		require.Less(t, ms, 500.0, "neither the sleep before the reset nor the other database's")
 	})
 }

@@ -263,7 +263,8 @@ CREATE TRIGGER test_block_pool BEFORE INSERT ON river_job FOR EACH ROW EXECUTE F
 	first := appendOK(t, b.db, "a")
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		var waiting bool
-		require.NoError(t, b.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted)`).Scan(&waiting))
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting))
 		return waiting
 	}, "the hanging pool's batch waits for the lock")
 	for range 5 {

@@ -75,6 +75,31 @@ func FindPgBouncer() (string, error) {
 // every database of s, as s's superuser (trust authentication, like s).
 // Call Stop to stop it; it also dies with this process.
 func (s *Server) StartPgBouncer(ctx context.Context, opts PgBouncerOpts) (*PgBouncer, error) {
+	return startPgBouncer(ctx, s.port, s.user, s.cred, opts)
+}
+
+// StartPgBouncerFor is StartPgBouncer for a throwaway server that another
+// process started (a test binary sharing one): serverURL is a postgres://
+// URL of it, on 127.0.0.1, whose user is its superuser.
+func StartPgBouncerFor(ctx context.Context, serverURL string, opts PgBouncerOpts) (*PgBouncer, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil || u.Scheme == "" || u.User == nil {
+		return nil, fmt.Errorf("pgbouncer: %q is not a postgres:// URL with a user", serverURL)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return nil, fmt.Errorf("pgbouncer: %q has no port", serverURL)
+	}
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		if cred, err = postgresCredential(); err != nil {
+			return nil, err
+		}
+	}
+	return startPgBouncer(ctx, port, u.User.Username(), cred, opts)
+}
+
+func startPgBouncer(ctx context.Context, serverPort int, user string, cred *syscall.Credential, opts PgBouncerOpts) (*PgBouncer, error) {
 	bin := opts.Binary
 	if bin == "" {
 		var err error
@@ -101,7 +126,7 @@ func (s *Server) StartPgBouncer(ctx context.Context, opts PgBouncerOpts) (*PgBou
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	b := &PgBouncer{dir: dir, port: port, user: s.user}
+	b := &PgBouncer{dir: dir, port: port, user: user}
 	// The fallback database "*" forwards any database name to the server,
 	// so each test's own database is reachable through one PgBouncer.
 	ini := fmt.Sprintf(`[databases]
@@ -118,10 +143,10 @@ default_pool_size = %d
 max_client_conn = 1000
 server_login_retry = 1
 logfile = %s
-`, s.port, port, filepath.Join(dir, "userlist.txt"), mode, poolSize, filepath.Join(dir, "pgbouncer.log"))
+`, serverPort, port, filepath.Join(dir, "userlist.txt"), mode, poolSize, filepath.Join(dir, "pgbouncer.log"))
 	files := map[string]string{
 		"pgbouncer.ini": ini,
-		"userlist.txt":  fmt.Sprintf("%q \"\"\n", s.user),
+		"userlist.txt":  fmt.Sprintf("%q \"\"\n", user),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
@@ -130,16 +155,16 @@ logfile = %s
 		}
 	}
 	// PgBouncer refuses to run as root: it runs as the server's user.
-	if s.cred != nil {
+	if cred != nil {
 		for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "userlist.txt")} {
-			if err := os.Chown(p, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
 				_ = os.RemoveAll(dir)
 				return nil, fmt.Errorf("pgbouncer: hand %s to the postgres user: %w", p, err)
 			}
 		}
 	}
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	out, err := os.Create(filepath.Join(dir, "stderr.log"))
 	if err != nil {
 		_ = os.RemoveAll(dir)

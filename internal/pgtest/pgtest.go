@@ -1,9 +1,41 @@
 // Package pgtest gives each test its own database on a real PostgreSQL.
 //
-// A package's TestMain calls Main, which starts a throwaway server (or uses
-// RIVERBUS_TEST_DATABASE_URL), migrates a template database once, and stops
-// the server when the tests end, also on SIGINT or SIGTERM. NewPool then
-// creates a fresh database from the template in a few milliseconds.
+// A package's TestMain calls Main, which finds the test server, migrates a
+// template database once per schema, and cleans up when the tests end, also
+// on SIGINT or SIGTERM. NewDatabase and NewPool then create a fresh database
+// from the template in a few milliseconds. Tests that need a server of their
+// own, one they restart, crash, configure or stand a replica beside, call
+// NewServer.
+//
+// # The shared server
+//
+// Every test binary of one module and one user shares one throwaway server,
+// so `go test ./...` runs initdb once rather than once per package. The
+// binaries find it through a directory keyed by the module root and the
+// user id (riverbus-pgtest-UID-HASH in the temporary directory, private to
+// the user), with no setup: a Makefile that started a server and passed its
+// URL down would leave a bare `go test ./...` starting one per package, and
+// a server nobody stops.
+//
+// The first binary that finds no server starts a supervisor: itself again,
+// in a session of its own, which starts the server as its child (with a
+// parent-death signal, so the server cannot outlive it) and writes the URL
+// to server.json. Each binary using the server holds a shared flock on
+// users.lock, which the kernel releases when the binary exits, however it
+// exits (kill -9 included); it also registers the go command that runs it,
+// since `go test ./...` leaves gaps between binaries while it builds the
+// next. The supervisor stops the server as soon as no binary holds the lock
+// and no registered go command runs: a server nobody uses stops within a
+// fraction of a second, and none is left after the run. start.lock orders a
+// binary's attach against the supervisor's check, so none attaches to a
+// server that is stopping. A server that crashed is replaced by the next
+// binary to start.
+//
+// Databases are per test and roles are the migrations' (the same on every
+// database), so sharing changes nothing a test sees but what is
+// server-wide: a test reading pg_stat_activity or pg_locks filters on its
+// own database. RIVERBUS_TEST_OWN_SERVER=1 gives each binary its own server
+// again; RIVERBUS_TEST_DATABASE_URL points the tests at an existing server.
 package pgtest
 
 import (
@@ -34,8 +66,9 @@ import (
 const EnvURL = "RIVERBUS_TEST_DATABASE_URL"
 
 var (
-	adminURL string // URL of a maintenance database on the test server
-	server   *pgserver.Server
+	adminURL string           // URL of a maintenance database on the test server
+	server   *pgserver.Server // this binary's own server (EnvOwnServer)
+	shared   bool             // adminURL is the shared server's
 	template string
 	counter  atomic.Int64
 	prefix   string
@@ -77,15 +110,23 @@ func Run(m *testing.M) int {
 }
 
 func setup(ctx context.Context) error {
-	if u := os.Getenv(EnvURL); u != "" {
-		adminURL = u
-	} else {
+	switch {
+	case os.Getenv(EnvURL) != "":
+		adminURL = os.Getenv(EnvURL)
+	case os.Getenv(EnvOwnServer) == "1":
 		srv, err := pgserver.Start(ctx, pgserver.Opts{})
 		if err != nil {
 			return err
 		}
 		server = srv
 		adminURL = srv.URL("postgres")
+	default:
+		u, err := attachShared(ctx)
+		if err != nil {
+			return err
+		}
+		shared = true
+		adminURL = u
 	}
 	prefix = fmt.Sprintf("rbt_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000)
 	name, err := ensureTemplate(ctx)
@@ -102,7 +143,7 @@ func teardown() {
 		_ = server.Stop()
 		return
 	}
-	// An external server: drop what this process created.
+	// A shared or external server: drop what this process created.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, adminURL)
@@ -246,10 +287,6 @@ func Connect(t TB, url string) *pgxpool.Pool {
 	return pool
 }
 
-// Server returns the throwaway server the tests run against, or nil when they
-// use RIVERBUS_TEST_DATABASE_URL.
-func Server() *pgserver.Server { return server }
-
 // NewServer starts a dedicated throwaway server for one test (one it may
 // restart or break) with a migrated database, and returns the server and that
 // database's URL. Both go when the test ends.
@@ -347,10 +384,16 @@ func SetDatabaseDefaults(t TB, db *pgxpool.Pool, settings map[string]string) {
 // machine without it cannot pass these tests by skipping them.
 func PgBouncer(t TB, mode pgserver.PoolMode) *pgserver.PgBouncer {
 	t.Helper()
-	if server == nil {
-		t.Fatalf("pgtest: PgBouncer needs the throwaway test server; unset %s", EnvURL)
+	var b *pgserver.PgBouncer
+	var err error
+	switch {
+	case server != nil:
+		b, err = server.StartPgBouncer(context.Background(), pgserver.PgBouncerOpts{PoolMode: mode})
+	case shared:
+		b, err = pgserver.StartPgBouncerFor(context.Background(), adminURL, pgserver.PgBouncerOpts{PoolMode: mode})
+	default:
+		t.Fatalf("pgtest: PgBouncer needs a throwaway test server; unset %s", EnvURL)
 	}
-	b, err := server.StartPgBouncer(context.Background(), pgserver.PgBouncerOpts{PoolMode: mode})
 	if err != nil {
 		t.Fatalf("pgtest: start pgbouncer: %v", err)
 	}

@@ -33,6 +33,9 @@ const browserTimeout = 60 * time.Second
 // It needs the chromium executable (Debian package chromium). Without it the
 // test is skipped, unless the environment variable CI is set.
 func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a headless browser: not in -short")
+	}
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		if os.Getenv("CI") != "" {
