@@ -430,9 +430,46 @@ func (r *chaosRun) disrupt() {
 	}
 	progressTick := time.NewTicker(progressEvery)
 	defer progressTick.Stop()
+	jump := func() {
+		if err := retryFor(30*time.Second, func() error { return r.actions.jump(r.ctx) }); err != nil {
+			t.Errorf("sequence jump: %v", err)
+		}
+		t.Logf("%5.1fs sequence jumped ahead by 1e12", r.elapsed())
+	}
+	create := func() {
+		if err := retryFor(30*time.Second, func() error { return r.extra.createMidStream(r.ctx, r.db) }); err != nil {
+			t.Errorf("create pools mid-stream: %v", err)
+		}
+		t.Logf("%5.1fs created pools %s (from %d) and %s (from %d)", r.elapsed(),
+			chaosLateOrdered, r.extra.lateOrderedStart, chaosLateGrouped, r.extra.lateGroupedStart)
+		resetPool = time.After(r.dur / 4)
+	}
+	reset := func() {
+		if err := retryFor(30*time.Second, func() error { return r.extra.reset(r.ctx, r.db) }); err != nil {
+			t.Errorf("reset pool mid-stream: %v", err)
+		}
+		t.Logf("%5.1fs reset pools %s and %s to %d (inside a transaction)", r.elapsed(), chaosLateGrouped, chaosLateOrdered, r.extra.resetTo)
+	}
 	for {
 		select {
 		case <-r.writersDone:
+			// A loop that fell behind may find the writers done and a
+			// one-shot disruption due at once, and select either: the
+			// due ones still happen (none is due after the writers).
+			for due := true; due; {
+				select {
+				case <-restart:
+					r.crashPostgres()
+				case <-jumpAt:
+					jump()
+				case <-createPools:
+					create()
+				case <-resetPool:
+					reset()
+				default:
+					due = false
+				}
+			}
 			r.chaosKills = r.kills
 			return
 		case <-restart:
@@ -445,22 +482,11 @@ func (r *chaosRun) disrupt() {
 			cancel()
 			actN++
 		case <-jumpAt:
-			if err := retryFor(30*time.Second, func() error { return r.actions.jump(r.ctx) }); err != nil {
-				t.Errorf("sequence jump: %v", err)
-			}
-			t.Logf("%5.1fs sequence jumped ahead by 1e12", r.elapsed())
+			jump()
 		case <-createPools:
-			if err := retryFor(30*time.Second, func() error { return r.extra.createMidStream(r.ctx, r.db) }); err != nil {
-				t.Errorf("create pools mid-stream: %v", err)
-			}
-			t.Logf("%5.1fs created pools %s (from %d) and %s (from %d)", r.elapsed(),
-				chaosLateOrdered, r.extra.lateOrderedStart, chaosLateGrouped, r.extra.lateGroupedStart)
-			resetPool = time.After(r.dur / 4)
+			create()
 		case <-resetPool:
-			if err := retryFor(30*time.Second, func() error { return r.extra.reset(r.ctx, r.db) }); err != nil {
-				t.Errorf("reset pool mid-stream: %v", err)
-			}
-			t.Logf("%5.1fs reset pools %s and %s to %d (inside a transaction)", r.elapsed(), chaosLateGrouped, chaosLateOrdered, r.extra.resetTo)
+			reset()
 		case <-killTimer:
 			i := rand.IntN(len(r.procs))
 			if r.kills < len(order) {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/lanes"
@@ -257,7 +258,19 @@ type Listener struct{ f *Fanout }
 func (l *Listener) Run(ctx context.Context) error {
 	listener := &pgxlisten.Listener{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			return pgx.ConnectConfig(ctx, l.f.db.Config().ConnConfig.Copy())
+			conn, err := pgx.ConnectConfig(ctx, l.f.db.Config().ConnConfig.Copy())
+			if err != nil {
+				return nil, err
+			}
+			// Not a pool's connection, so no AfterConnect: without
+			// riverbus's session limits a DBA's statement_timeout of a
+			// millisecond cuts LISTEN itself, and the fan-out waits for
+			// its poll instead of commits.
+			if err := database.ServiceSession.Apply(ctx, conn); err != nil {
+				conn.Close(context.Background())
+				return nil, err
+			}
+			return conn, nil
 		},
 		LogError: func(ctx context.Context, err error) {
 			if ctx.Err() == nil {
