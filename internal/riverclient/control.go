@@ -3,7 +3,9 @@ package riverclient
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,7 +140,7 @@ func newControlListener(inner riverdriver.Listener, exec riverdriver.Executor, s
 // Connect connects River's listener and starts the checker.
 func (l *controlListener) Connect(ctx context.Context) error {
 	if err := l.Listener.Connect(ctx); err != nil {
-		return err
+		return setUpError(ctx, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -148,6 +150,26 @@ func (l *controlListener) Connect(ctx context.Context) error {
 		go l.runChecker(ctx, l.done)
 	}
 	return nil
+}
+
+// Listen subscribes River's listener to topic.
+func (l *controlListener) Listen(ctx context.Context, topic string) error {
+	return setUpError(ctx, l.Listener.Listen(ctx, topic))
+}
+
+// setUpError keeps an error of setting up River's listener from reading
+// as River's own shutdown. A River producer that starts while the
+// listener's connection closes (the database restarting, say) gets "conn
+// closed" from its subscription, which River takes for the client
+// stopping: the producer returns without error and never fetches, while
+// the client runs on as started. Said otherwise, the error fails Start,
+// and the process says so and starts again, unless the client is in fact
+// stopping (ctx done).
+func setUpError(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || !strings.HasSuffix(err.Error(), "conn closed") {
+		return err
+	}
+	return fmt.Errorf("riverbus: River's listener lost its connection while subscribing (%w); the workers did not start", err)
 }
 
 // Close stops the checker and closes River's listener.

@@ -2,10 +2,13 @@ package riverclient_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/rivercontrib/otelriver"
 	"github.com/stretchr/testify/require"
@@ -155,3 +158,38 @@ func TestConfigInstallsTracing(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// A River producer takes an error ending in "conn closed" from its
+// subscription for its client stopping, and returns without fetching while
+// the client runs on as started: a worker process that started as the
+// database restarted never worked a job. riverbus's listener words a lost
+// connection otherwise while the client is not stopping, so River's Start
+// fails and says why; while it stops, River's own error passes.
+func TestListenerLostWhileSubscribingIsNoShutdown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	l := riverclient.NewDriver(db, slog.New(slog.DiscardHandler)).GetListener(&riverdriver.GetListenenerParams{})
+	require.NoError(t, l.Connect(ctx))
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	// The listener holds one of the pool's sessions: end every other one.
+	_, err := db.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`)
+	require.NoError(t, err)
+
+	var last error
+	for range 3 { // the first may report the termination itself
+		if last = l.Listen(ctx, "river_insert"); last != nil && strings.Contains(last.Error(), "conn closed") {
+			break
+		}
+	}
+	require.ErrorContains(t, last, "conn closed", "the listener's connection is gone")
+	require.False(t, strings.HasSuffix(last.Error(), "conn closed"), "not worded as River's shutdown: %v", last)
+	require.ErrorContains(t, last, "the workers did not start")
+
+	stopping, cancel := context.WithCancel(ctx)
+	cancel()
+	err = l.Listen(stopping, "river_insert")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "the workers did not start", "a client that stops gets River's own error")
+}
