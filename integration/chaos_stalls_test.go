@@ -305,6 +305,12 @@ func (s *chaosStalls) describeStall(ctx context.Context, r *chaosRun, pool strin
 	if p == nil {
 		return
 	}
+	select {
+	case <-p.done:
+		r.t.Logf("pool %s: its worker process (pid %d) has exited (%v); output:\n%s", pool, p.cmd.Process.Pid, p.err, p.out.String())
+		return
+	default:
+	}
 	// Where its threads wait in the kernel (a full pipe, a futex, a
 	// socket), in case it cannot print its goroutines.
 	var threads []string
@@ -315,7 +321,7 @@ func (s *chaosStalls) describeStall(ctx context.Context, r *chaosRun, pool strin
 		threads = append(threads, filepath.Base(task)+" "+string(wchan)+" "+strings.TrimSpace(string(stat)))
 	}
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	r.t.Logf("pool %s: its worker's threads:\n\t%s\n%s", pool, strings.Join(threads, "\n\t"), status)
+	r.t.Logf("pool %s: its worker's (pid %d) threads:\n\t%s\n%s", pool, p.cmd.Process.Pid, strings.Join(threads, "\n\t"), status)
 	_ = p.cmd.Process.Signal(syscall.SIGABRT)
 	select {
 	case <-p.done:
