@@ -187,6 +187,7 @@ func (a *chaosActions) jump(ctx context.Context) error {
 // transaction survives it).
 func (a *chaosActions) preparedWriter(ctx context.Context, wdb *pgxpool.Pool, wg *sync.WaitGroup) {
 	defer wg.Done()
+	decided := 0
 	for n := 0; ctx.Err() == nil; n++ {
 		id := uuid.New()
 		gid := "chaos-" + id.String()
@@ -214,7 +215,15 @@ func (a *chaosActions) preparedWriter(ctx context.Context, wdb *pgxpool.Pool, wg
 			continue
 		}
 		sleepCtx(ctx, time.Duration(rand.Int64N(int64(1500*time.Millisecond))))
+		// The first commits and the second rolls back, so even a short
+		// run on a loaded machine has both; then two in three commit.
 		commit := rand.IntN(3) > 0
+		switch decided++; decided {
+		case 1:
+			commit = true
+		case 2:
+			commit = false
+		}
 		verb := "ROLLBACK PREPARED"
 		if commit {
 			verb = "COMMIT PREPARED"
