@@ -199,16 +199,11 @@ func (w *lockWatch) watch(ctx context.Context, config func() *pgx.ConnConfig, pi
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = "riverbus lock watch"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := ServiceSession.Connect(ctx, cfg)
 	if err != nil {
 		return // the error names no holder; the wait's own error stands
 	}
 	defer conn.Close(context.Background())
-	// A pool's AfterConnect does not run here: without riverbus's limits,
-	// a DBA's statement_timeout would cut the look short.
-	if err := ServiceSession.Apply(ctx, conn); err != nil {
-		return
-	}
 	for {
 		if err := w.look(ctx, conn, pid); err != nil {
 			return

@@ -89,6 +89,22 @@ func retryCut(ctx context.Context, fn func() error) error {
 // cutAttempts is how many times retryCut runs a statement.
 const cutAttempts = 10
 
+// Connect opens a connection of its own from cfg (not a pool's, so no
+// AfterConnect runs) with s applied: without riverbus's limits a DBA's
+// statement_timeout of a millisecond would cut its statements, LISTEN
+// included.
+func (s SessionSettings) Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Apply(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
 // AfterConnect returns a pgxpool AfterConnect hook that runs next (the
 // pool's own hook; nil: none) and then applies s, so that s wins over what
 // the server, the database, the role and next set.

@@ -258,19 +258,7 @@ type Listener struct{ f *Fanout }
 func (l *Listener) Run(ctx context.Context) error {
 	listener := &pgxlisten.Listener{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			conn, err := pgx.ConnectConfig(ctx, l.f.db.Config().ConnConfig.Copy())
-			if err != nil {
-				return nil, err
-			}
-			// Not a pool's connection, so no AfterConnect: without
-			// riverbus's session limits a DBA's statement_timeout of a
-			// millisecond cuts LISTEN itself, and the fan-out waits for
-			// its poll instead of commits.
-			if err := database.ServiceSession.Apply(ctx, conn); err != nil {
-				conn.Close(context.Background())
-				return nil, err
-			}
-			return conn, nil
+			return database.ServiceSession.Connect(ctx, l.f.db.Config().ConnConfig.Copy())
 		},
 		LogError: func(ctx context.Context, err error) {
 			if ctx.Err() == nil {

@@ -10,9 +10,10 @@ import "github.com/riverbus/riverbus/internal/riversql"
 // the log's (jsonb equality; occurred_at is compared in Go, as timestamps;
 // a reference to a big event's payload, bustype.EventJobRef, has no data
 // and metadata to compare, and is one only for an event the fan-out would
-// have made one of),
-// and the log's envelope. One round trip: the pool by its name and each
-// event by its sequence, both primary keys.
+// have made one of), and the log's envelopes (one jsonb array: a text array
+// would escape a big event's text once more, and the worker parse it
+// back). One round trip: the pool by its name and each event by its
+// sequence, both primary keys.
 const sqlLogEvents = `WITH p AS (
 	SELECT queue, event_types, tags, grouping, ordering FROM riverbus_pool WHERE name = $1
 ),
@@ -32,7 +33,7 @@ c AS (
 			CASE WHEN c.claimed - '{global_sequence,event_id,type,key,tags,data,metadata,occurred_at,payload_in_log}'::text[] <> '{}'
 				THEN 'fields of its own' END
 		], NULL), ', ') AS differs,
-		(` + riversql.EventEnvelope + `)::text AS envelope
+		` + riversql.EventEnvelope + ` AS envelope
 	FROM (SELECT u.*, u.claimed ? 'payload_in_log' AS ref
 		FROM unnest($2::bigint[], $3::jsonb[]) WITH ORDINALITY AS u(seq, claimed, ord)) c
 	LEFT JOIN riverbus_event e ON e.global_sequence = c.seq
@@ -41,5 +42,5 @@ c AS (
 SELECT EXISTS (SELECT 1 FROM p), (SELECT queue FROM p), (SELECT grouping FROM p), (SELECT ordering FROM p),
 	array_agg(found ORDER BY ord), array_agg(matches ORDER BY ord), array_agg(type ORDER BY ord),
 	array_agg(key ORDER BY ord), array_agg(txid ORDER BY ord), array_agg(occurred_at ORDER BY ord),
-	array_agg(differs ORDER BY ord), array_agg(envelope ORDER BY ord)
+	array_agg(differs ORDER BY ord), jsonb_agg(envelope ORDER BY ord)
 FROM c`

@@ -109,7 +109,7 @@ type logEvents struct {
 	types, keys, txids     []*string
 	occurredAt             []*time.Time
 	differs                []string
-	envelopes              []*string
+	envelopes              []json.RawMessage // each as PostgreSQL's jsonb output writes it
 }
 
 // refusal is a job the worker refuses to deliver: its error, and why.
@@ -146,10 +146,11 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 		// for one takes at most the delivery's own Timeout (without one,
 		// half of what is left of the job's time).
 		wait := w.timeout
-		if deadline, ok := ctx.Deadline(); wait <= 0 && ok {
-			wait = time.Until(deadline) / 2
-		} else if wait <= 0 {
+		if wait <= 0 {
 			wait = TimeoutDefault
+			if deadline, ok := ctx.Deadline(); ok {
+				wait = time.Until(deadline) / 2
+			}
 		}
 		release, err := riverclient.PayloadRead(ctx, wait)
 		if err != nil {
@@ -195,7 +196,7 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 		}
 	}
 	if !c.group {
-		body := []byte(*l.envelopes[0])
+		body := l.envelopes[0]
 		if c.late {
 			// A jsonb object's text ends with its closing brace.
 			body = append(body[:len(body)-1], `, "late": true}`...)
@@ -210,7 +211,7 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 		if i > 0 {
 			events = append(events, ',')
 		}
-		events = append(events, *env...)
+		events = append(events, env...)
 	}
 	g := bustype.GroupJob{GlobalSequence: c.sequence, TransactionID: c.transactionID, Key: c.key, Late: c.late, Part: c.part, Parts: c.parts}
 	return g.AppendJSON(nil, events), c.events[0].EventID, nil
