@@ -69,8 +69,17 @@ func (e *Error) Error() string {
 // Is makes errors.Is(err, ErrTransactionPooler) true.
 func (e *Error) Is(target error) bool { return target == ErrTransactionPooler }
 
-// TimeoutDefault bounds Check when ctx has no earlier deadline.
+// TimeoutDefault bounds each round trip of Check (a BEGIN, a query) when
+// ctx has no earlier deadline: PostgreSQL answers them at once, and a
+// pooler with no free server connection leaves a BEGIN unanswered.
 const TimeoutDefault = 10 * time.Second
+
+// ConnectTimeoutDefault bounds each of Check's connection attempts when the
+// configuration names no connect_timeout. Connecting is not what the check
+// looks at: a server slow to start backends (a loaded machine, a burst of
+// connections) answers late, and a process that would have connected fine
+// must not fail on its probe's connection alone.
+const ConnectTimeoutDefault = 30 * time.Second
 
 // holders is how many transactions Check holds open at most: a pooler that
 // gives out idle server connections in turn rather than the latest first
@@ -82,10 +91,10 @@ const holders = 3
 // pooler, nil when it reaches a session (directly or through a session
 // pooler), and another error when the check could not be made. It opens up
 // to four connections of its own for a few round trips, closed before it
-// returns, and runs in at most TimeoutDefault.
+// returns; each connection attempt waits at most cfg.ConnectTimeout
+// (ConnectTimeoutDefault when unset), each round trip at most
+// TimeoutDefault.
 func Check(ctx context.Context, cfg *pgx.ConnConfig, who string) error {
-	ctx, cancel := context.WithTimeout(ctx, TimeoutDefault)
-	defer cancel()
 	cfg = cfg.Copy()
 	// The probe's own queries must not fail on what it looks for: named
 	// prepared statements do not survive a transaction pooler.
@@ -94,6 +103,9 @@ func Check(ctx context.Context, cfg *pgx.ConnConfig, who string) error {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = "riverbus pooler check"
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = ConnectTimeoutDefault
+	}
 
 	// riverbus's session limits, as on every riverbus connection: a DBA's
 	// statement_timeout of a millisecond must not fail the check.
@@ -102,18 +114,27 @@ func Check(ctx context.Context, cfg *pgx.ConnConfig, who string) error {
 		if err != nil {
 			return nil, err
 		}
-		if err := database.ServiceSession.Apply(ctx, conn); err != nil {
+		applyCtx, cancel := context.WithTimeout(ctx, TimeoutDefault)
+		defer cancel()
+		if err := database.ServiceSession.Apply(applyCtx, conn); err != nil {
 			conn.Close(context.Background())
 			return nil, err
 		}
 		return conn, nil
+	}
+	pidOf := func(db interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) (uint32, error) {
+		qctx, cancel := context.WithTimeout(ctx, TimeoutDefault)
+		defer cancel()
+		return backendPID(qctx, db)
 	}
 	first, err := connect()
 	if err != nil {
 		return fmt.Errorf("check for a connection pooler: connect: %w", err)
 	}
 	defer first.Close(context.Background())
-	pid, err := backendPID(ctx, first)
+	pid, err := pidOf(first)
 	if err != nil {
 		return fmt.Errorf("check for a connection pooler: %w", err)
 	}
@@ -123,9 +144,14 @@ func Check(ctx context.Context, cfg *pgx.ConnConfig, who string) error {
 			return fmt.Errorf("check for a connection pooler: connect: %w", err)
 		}
 		defer conn.Close(context.Background())
-		tx, err := conn.Begin(ctx)
+		beginCtx, cancel := context.WithTimeout(ctx, TimeoutDefault)
+		// The transaction outlives beginCtx: it is left open until the
+		// connection closes, and pgx ties no later statement to it.
+		tx, err := conn.Begin(beginCtx)
+		timedOut := beginCtx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
+			if timedOut {
 				// PostgreSQL starts a transaction at once; a pooler whose
 				// server connections are all in use makes the client wait.
 				return fmt.Errorf("check for a connection pooler: a new connection's BEGIN had no answer within %s, as through a pooler with no free server connection: %w", TimeoutDefault, err)
@@ -134,7 +160,7 @@ func Check(ctx context.Context, cfg *pgx.ConnConfig, who string) error {
 		}
 		// Left open until the connection closes: it holds its server
 		// connection, so the first connection cannot be given it back.
-		other, err := backendPID(ctx, tx)
+		other, err := pidOf(tx)
 		if err != nil {
 			return statementMode(who, fmt.Errorf("check for a connection pooler: %w", err))
 		}
@@ -142,7 +168,7 @@ func Check(ctx context.Context, cfg *pgx.ConnConfig, who string) error {
 			return &Error{Who: who, Evidence: fmt.Sprintf(
 				"another client's transaction ran on the server session (backend pid %d) this client had used a moment before", pid)}
 		}
-		now, err := backendPID(ctx, first)
+		now, err := pidOf(first)
 		if err != nil {
 			return fmt.Errorf("check for a connection pooler: %w", err)
 		}
