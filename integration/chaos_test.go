@@ -44,7 +44,7 @@ const (
 	chaosRollbacks    = 10                     // percent of writer transactions rolled back
 	chaosLongWriters  = 3                      // goroutines that run transactions outliving the gap timeout
 	chaosGapTimeout   = 2 * time.Second        // RIVERBUS_GAP_TIMEOUT of the fan-out processes
-	chaosStuckAfter   = 20 * time.Second       // a job running this long in the final drain is stuck (see rescue)
+	chaosStuckAfter   = 45 * time.Second       // a job running this long in the final drain is stuck (see chaosRescueAfter)
 	chaosMinDuration  = 20 * time.Second
 	chaosDefaultDur   = 30 * time.Second
 	chaosDrainTimeout = 120 * time.Second // plus half the duration
@@ -252,19 +252,21 @@ func setUpChaos(t *testing.T) *chaosRun {
 	return r
 }
 
+// chaosRescueAfter is the RescueStuckJobsAfter of the test workers and of
+// the test's own client in the chaos run: riverbus's default margin of a
+// minute beyond the job's timeout (5 s here). A worker reads a big event's
+// payload from the log before the job's timeout starts and gets half that
+// margin for it (riverclient's resolvePayloads): 30 s, as in production.
+// A shorter margin makes the run test something no deployment runs: eight
+// 60 MiB reads at once on two cores, each given up at its bound and begun
+// again, never finished. Jobs then end within 35 s, below chaosStuckAfter,
+// where the test's stand-in rescuer takes over in the drain.
+const chaosRescueAfter = 65 * time.Second
+
 // startProcesses starts the five process slots — a worker process for each
 // of the projection, ordered and hooks pools, and two fan-out processes —
 // one at a time (the test workers create their tables on start), each
 // waited for until it says it is working.
-// chaosRescueAfter is the RescueStuckJobsAfter of the test workers and of
-// the test's own client in the chaos run. A worker reads a big event's
-// payload from the log before the job's timeout (5 s) starts, and gets half
-// the margin beyond it for that (riverclient's resolvePayloads): 10 s, which
-// a 60 MiB payload needs on a busy two-core machine. (riverbus's own default
-// margin is a minute.) Jobs then end within 15 s, below chaosStuckAfter,
-// where the test's stand-in rescuer takes over.
-const chaosRescueAfter = 25 * time.Second
-
 func (r *chaosRun) startProcesses() {
 	t, dbURL := r.t, r.dbURL
 	appEnv := func(slot string, gen int, env ...string) []string {
