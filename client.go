@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/health"
@@ -55,7 +56,7 @@ type Client struct {
 	// The fan-out's services and the checkpoint advancer; nil with
 	// FanoutDisabled. Made by NewClient, run by each Start.
 	fanout   *engine.Fanout
-	advancer *engine.CheckpointAdvancer
+	advancer *checkpoint.Advancer
 	// The retention service; nil with FanoutDisabled or
 	// Retention.Interval -1.
 	retainer *retention.Service
@@ -101,7 +102,7 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 		if client.fanout, err = engine.NewWithGate(db, &c.Fanout, client.gate); err != nil {
 			return nil, fmt.Errorf("riverbus: Fanout: %w", err)
 		}
-		client.advancer, err = engine.NewCheckpointAdvancer(db, &engine.CheckpointAdvancerConfig{
+		client.advancer, err = checkpoint.NewAdvancer(db, &checkpoint.AdvancerConfig{
 			Interval: c.CheckpointInterval, Logger: c.Logger,
 		})
 		if err != nil {

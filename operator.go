@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
@@ -227,18 +227,18 @@ func (c *Client) DeadLetterPurgePool(ctx context.Context, pool string) (int, err
 // CheckpointGet advances a pool's checkpoint and returns where the pool
 // stands: the horizon, its cursor, its checkpoint and its lag. An unknown
 // pool gives an error wrapping bustype.ErrUnknownPool.
-func (c *Client) CheckpointGet(ctx context.Context, pool string) (bustype.Checkpoint, error) {
-	if _, err := checkpoints.Advance(ctx, c.db, pool); err != nil {
-		return bustype.Checkpoint{}, err
+func (c *Client) CheckpointGet(ctx context.Context, pool string) (checkpoint.Status, error) {
+	if _, err := checkpoint.Advance(ctx, c.db, pool); err != nil {
+		return checkpoint.Status{}, err
 	}
-	return checkpoints.Get(ctx, c.db, pool)
+	return checkpoint.Get(ctx, c.db, pool)
 }
 
 // CheckpointHolder returns the job that holds a pool's checkpoint, nil when
 // the pool has no unfinished job. An unknown pool gives an error wrapping
 // bustype.ErrUnknownPool.
-func (c *Client) CheckpointHolder(ctx context.Context, pool string) (*bustype.CheckpointHolder, error) {
-	return checkpoints.GetHolder(ctx, c.db, pool)
+func (c *Client) CheckpointHolder(ctx context.Context, pool string) (*checkpoint.Holder, error) {
+	return checkpoint.GetHolder(ctx, c.db, pool)
 }
 
 // CheckpointWait blocks until every job of pool for an event at or below
@@ -247,8 +247,8 @@ func (c *Client) CheckpointHolder(ctx context.Context, pool string) (*bustype.Ch
 // error when ctx ends first, and an error wrapping bustype.ErrUnknownPool
 // for an unknown pool. A pool whose filter skips the event at seq still
 // reaches it: the checkpoint follows the cursor.
-func (c *Client) CheckpointWait(ctx context.Context, pool string, seq int64, opts *bustype.CheckpointWaitOpts) error {
-	return checkpoints.WaitFor(ctx, c.db, pool, seq, opts)
+func (c *Client) CheckpointWait(ctx context.Context, pool string, seq int64, opts *checkpoint.WaitOpts) error {
+	return checkpoint.WaitFor(ctx, c.db, pool, seq, opts)
 }
 
 // HorizonRepairResult is what HorizonRepair did.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -113,7 +114,7 @@ func TestClientCheckpoints(t *testing.T) {
 	_, err = client.CheckpointHolder(ctx, "nope")
 	require.ErrorIs(t, err, bustype.ErrUnknownPool)
 	require.ErrorIs(t, client.CheckpointWait(ctx, "nope", 1, nil), bustype.ErrUnknownPool)
-	require.EqualError(t, client.CheckpointWait(ctx, "billing", 1, &bustype.CheckpointWaitOpts{PollInterval: -time.Second}),
+	require.EqualError(t, client.CheckpointWait(ctx, "billing", 1, &checkpoint.WaitOpts{PollInterval: -time.Second}),
 		"PollInterval must not be negative, got -1s")
 
 	h, err := client.CheckpointHolder(ctx, "billing")
@@ -128,7 +129,7 @@ func TestClientCheckpoints(t *testing.T) {
 
 	cp, err := client.CheckpointGet(ctx, "billing")
 	require.NoError(t, err)
-	require.Equal(t, bustype.Checkpoint{Pool: "billing", Horizon: 2, Cursor: 2, Checkpoint: 0, Lag: 2}, cp)
+	require.Equal(t, checkpoint.Status{Pool: "billing", Horizon: 2, Cursor: 2, Checkpoint: 0, Lag: 2}, cp)
 	h, err = client.CheckpointHolder(ctx, "billing")
 	require.NoError(t, err)
 	require.Equal(t, held, h.ID)
@@ -145,8 +146,8 @@ func TestClientCheckpoints(t *testing.T) {
 	require.NoError(t, err)
 	waitCtx, cancel = context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	require.NoError(t, client.CheckpointWait(waitCtx, "billing", 2, &bustype.CheckpointWaitOpts{PollInterval: time.Millisecond}))
+	require.NoError(t, client.CheckpointWait(waitCtx, "billing", 2, &checkpoint.WaitOpts{PollInterval: time.Millisecond}))
 	cp, err = client.CheckpointGet(ctx, "billing")
 	require.NoError(t, err)
-	require.Equal(t, bustype.Checkpoint{Pool: "billing", Horizon: 2, Cursor: 2, Checkpoint: 2, Lag: 0}, cp)
+	require.Equal(t, checkpoint.Status{Pool: "billing", Horizon: 2, Cursor: 2, Checkpoint: 2, Lag: 0}, cp)
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/pools"
 )
@@ -109,7 +109,7 @@ func (c *Client) PoolReplayWait(ctx context.Context, replay *PoolReplay, opts *P
 		}
 		r := &PoolReplayResult{Pool: name, After: replay.After, Through: replay.Through}
 		var err error
-		if r.Checkpoint, err = checkpoints.Advance(ctx, c.db, name); err == nil {
+		if r.Checkpoint, err = checkpoint.Advance(ctx, c.db, name); err == nil {
 			r.DeadLetterCount, r.DeadLetters, err = deadletters.OfReplay(ctx, c.db, name, replay.JobsAfter,
 				replay.After, replay.Through, PoolReplayDeadLettersListed)
 		}

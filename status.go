@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
@@ -388,7 +388,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 			StartAfter: p.StartAfter, Retry: p.Retry, Cursor: p.Cursor, Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint),
 			AheadOfLog:      max(0, max(p.Cursor, p.Checkpoint, p.StartAfter)-max(h.Horizon, st.LastSequence)),
 			EventsFannedOut: p.EventsFannedOut, LateEventsDelivered: p.LateEventsDelivered, Jobs: map[bustype.JobState]int64{}}
-		holder, err := checkpoints.GetHolder(ctx, tx, p.Name)
+		holder, err := checkpoint.GetHolder(ctx, tx, p.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -450,7 +450,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 	return st, nil
 }
 
-func newStatusJob(j bustype.PoolJob, at time.Time) StatusJob {
+func newStatusJob(j checkpoint.Job, at time.Time) StatusJob {
 	r := StatusJob{JobID: j.ID, GlobalSequence: j.Sequence, State: j.State, DeadLetter: j.DeadLetter,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: redact.Text(j.LastError), Lane: j.Lane}
 	if (r.State == bustype.JobStateRetryable || r.State == bustype.JobStateScheduled) && !j.ScheduledAt.IsZero() {
@@ -465,11 +465,11 @@ func newStatusJob(j bustype.PoolJob, at time.Time) StatusJob {
 	return r
 }
 
-func newStatusHolder(h *bustype.CheckpointHolder) *StatusHolder {
+func newStatusHolder(h *checkpoint.Holder) *StatusHolder {
 	if h == nil {
 		return nil
 	}
-	r := &StatusHolder{StatusJob: newStatusJob(h.PoolJob, h.At), HeldSince: h.HeldSince, HeldSeconds: h.HeldFor().Seconds()}
+	r := &StatusHolder{StatusJob: newStatusJob(h.Job, h.At), HeldSince: h.HeldSince, HeldSeconds: h.HeldFor().Seconds()}
 	if h.LaneBlocker != nil {
 		b := newStatusJob(*h.LaneBlocker, h.At)
 		r.LaneBlockedBy = &b

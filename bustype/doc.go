@@ -1,7 +1,8 @@
 // Package bustype holds riverbus's vocabulary: the types that the client
 // (package riverbus), the producer side (package outbox), handlers (package
 // workers) and webhooks share — events, pools and their settings, the job
-// envelopes, dead letters, checkpoints — and the errors they return.
+// envelopes, dead letters — and the errors they return. Checkpoints have
+// their own package, checkpoint.
 //
 // It is a leaf package, like River's rivertype: it imports neither River nor
 // pgx, so any package can use it without pulling in the engine (outbox, the
@@ -14,7 +15,6 @@
 //   - Events: Event
 //   - Pools: Pool, PoolParams, StartPosition, RetrySchedule and the typed settings
 //   - Dead letters: DeadLetter, DeadLetterListParams, DeadLetterRetryResult
-//   - Checkpoints: Checkpoint, CheckpointHolder, PoolJob, CheckpointWaitOpts
 //   - Errors: the sentinels every operation wraps
 //
 // # Enums
@@ -33,14 +33,6 @@
 // (RetryRequeued), inserted anew because River's cleaner had deleted it
 // (RetryReinserted), found already finished (RetryAlreadyRetried), or left
 // because its event still cannot become a job (RetryUndeliverable).
-//
-// # Checkpoints
-//
-// A pool's checkpoint is the highest global sequence C such that every job
-// of the pool for an event ≤ C is finished. A Checkpoint reports it with the
-// horizon and the pool's cursor; a CheckpointHolder names the job that keeps
-// it from moving (a PoolJob, which may be a dead letter in a pool that
-// blocks on them). Package checkpoint explains the rest.
 //
 // # Job envelopes
 //

@@ -1,5 +1,9 @@
-// Package checkpoint explains how far each pool's handlers have got, and
-// names what riverbus.Client's CheckpointX methods return.
+// Package checkpoint computes how far each pool's handlers have got, names
+// the job that holds a pool back, and holds what riverbus.Client's
+// CheckpointX methods return (Status, Holder, Job, WaitOpts). The client
+// runs the Advancer while started and answers the CheckpointX methods with
+// Get, GetHolder and WaitFor; docs/design.md explains why the checkpoint is
+// safe to prune below.
 //
 // A pool's checkpoint is the highest global sequence C such that every job
 // of the pool for an event ≤ C is finished (completed, discarded as a dead
@@ -24,20 +28,34 @@
 // — does not pull it back; it resumes moving once everything above it is
 // finished.
 //
-// A started riverbus.Client advances every pool's checkpoint each
-// Config.CheckpointInterval; any number of processes may do so.
+// Advance computes it in one SQL statement, so from one snapshot, and stores
+// it in riverbus_pool_checkpoint.checkpoint_seq only when it is higher than
+// the stored value. Reading the cursor and the jobs in one snapshot matters
+// because the fan-out commits a batch's jobs and its cursor move together: a
+// cursor read after a batch committed, paired with jobs read before, would
+// claim the batch's unfinished jobs as done. The lowest unfinished sequence
+// comes from the partial expression index riverbus_job_unfinished_sequence
+// on river_job (migrations/sql/002_fanout.up.sql), which holds only
+// unfinished jobs, so the cost does not grow with the completed jobs River
+// keeps around; the expression in queries.go is textually identical to the
+// index's. Checkpoints live in their own table, so storing one never locks
+// the pool row the fan-out locks.
+//
+// A started riverbus.Client runs an Advancer, which advances every pool's
+// checkpoint (AdvanceAll) each Config.CheckpointInterval; any number of
+// processes may do so.
 //
 // # Reading
 //
 // Client.CheckpointGet advances a pool's checkpoint and returns it with the
-// horizon, the pool's cursor and its lag (a Status). A pool name that
+// horizon, the pool's cursor and its lag (a Status, read by Get). A pool name that
 // does not exist gives an error wrapping bustype.ErrUnknownPool whose
 // message lists the pools that do.
 //
 // # What holds a checkpoint
 //
-// Client.CheckpointHolder names the job that keeps a pool's checkpoint where
-// it is: the pool's unfinished job of the lowest sequence, with its state,
+// Client.CheckpointHolder (GetHolder) names the job that keeps a pool's
+// checkpoint where it is: the pool's unfinished job of the lowest sequence, with its state,
 // attempt and maximum attempts, the time of its next attempt and its last
 // error. A job retried with backoff holds the checkpoint, and so the pool's
 // lag grows, until it succeeds or becomes a dead letter. In an ordered pool
@@ -48,7 +66,7 @@
 //
 // # Waiting
 //
-// Client.CheckpointWait blocks until a pool's checkpoint reaches a global
+// Client.CheckpointWait (WaitFor) blocks until a pool's checkpoint reaches a global
 // sequence, for example the one an append returned, advancing the checkpoint
 // every WaitOpts.PollInterval. Bound it with the context.
 package checkpoint

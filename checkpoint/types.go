@@ -1,27 +1,93 @@
 package checkpoint
 
-import "github.com/riverbus/riverbus/bustype"
+import (
+	"time"
 
-// The types riverbus.Client's CheckpointX methods take and return, under the
-// names they had in this package before the vocabulary moved to bustype.
-// Each is the bustype type itself, not a copy: a value of one is a value of
-// the other.
-type (
-	// Status is where a pool stands: horizon, cursor, checkpoint and lag
-	// (bustype.Checkpoint).
-	Status = bustype.Checkpoint
-
-	// Holder is what holds a pool's checkpoint (bustype.CheckpointHolder).
-	Holder = bustype.CheckpointHolder
-
-	// Job is a job of a pool as a Holder reports it, a River job or a dead
-	// letter (bustype.PoolJob).
-	Job = bustype.PoolJob
-
-	// WaitOpts are the optional settings of Client.CheckpointWait
-	// (bustype.CheckpointWaitOpts).
-	WaitOpts = bustype.CheckpointWaitOpts
+	"github.com/riverbus/riverbus/bustype"
 )
 
+// Status is where a pool stands: how far the log is proven (Horizon),
+// fanned out to the pool (Cursor) and handled by it (Checkpoint).
+type Status struct {
+	// Pool is the pool's name.
+	Pool string
+	// Horizon is the global horizon: every sequence ≤ Horizon is visible or
+	// will never commit. It is shared by all pools.
+	Horizon int64
+	// Cursor: every event ≤ Cursor has been turned into a job of the pool
+	// (or filtered out).
+	Cursor int64
+	// Checkpoint: every job of the pool for an event ≤ Checkpoint is
+	// finished (completed, cancelled, or discarded as a dead letter).
+	Checkpoint int64
+	// Lag is Horizon − Checkpoint, or 0 when the checkpoint is ahead of the
+	// horizon (a pool created to start after a future sequence).
+	Lag int64
+}
+
+// Job is a job of a pool as a Holder reports it: a River job, or a dead
+// letter kept in riverbus_dead_letter.
+type Job struct {
+	// ID is the River job id (a dead letter keeps the id of its job).
+	ID int64
+	// Sequence is the global sequence of the job's event.
+	Sequence int64
+	// State is River's state of the job; bustype.JobStateDiscarded for a
+	// dead letter.
+	State bustype.JobState
+	// DeadLetter is true for a dead letter: a job River discarded after its
+	// last attempt, kept until an operator retries or purges it.
+	DeadLetter bool
+	// Attempt is the number of attempts so far; MaxAttempts the most River
+	// makes before the job becomes a dead letter.
+	Attempt, MaxAttempts int
+	// ScheduledAt is River's scheduled_at: for a retryable or scheduled job,
+	// the time of its next attempt. Zero for a dead letter.
+	ScheduledAt time.Time
+	// DiscardedAt is when a dead letter was discarded; zero otherwise.
+	DiscardedAt time.Time
+	// LastError is the error of the job's last failed attempt, "" when
+	// none failed. It is the handler's text: escape it before printing it
+	// to a terminal.
+	LastError string
+	// Lane is the lane (the event's key, or "" in a globally ordered pool)
+	// of a job of an ordered pool; nil in other pools.
+	Lane *string
+}
+
+// Holder is what holds a pool's checkpoint: the pool's unfinished job of
+// the lowest sequence. The checkpoint cannot pass Sequence−1 until it
+// finishes (completed, cancelled, or discarded as a dead letter).
+type Holder struct {
+	Job
+	// HeldSince is when the checkpoint last moved, or when the job was
+	// created if that is later: the checkpoint has stood still at least
+	// since then.
+	HeldSince time.Time
+	// At is the database's clock when the holder was read; compare
+	// HeldSince and ScheduledAt with it rather than the local clock.
+	At time.Time
+	// LaneBlocker is set for a pending job (a job of an ordered pool that
+	// waits for its lane): what the lane waits for, its job in flight or,
+	// in a pool whose OnDeadLetter is bustype.DeadLetterBlock, its dead letter. Nil
+	// when nothing blocks the lane (it is being handed on).
+	LaneBlocker *Job
+}
+
+// HeldFor is how long the checkpoint has stood still: At − HeldSince, or 0.
+func (h *Holder) HeldFor() time.Duration {
+	return max(h.At.Sub(h.HeldSince), 0)
+}
+
+// WaitOpts are the optional settings of waiting for a pool's checkpoint to
+// reach a sequence (WaitFor, riverbus.Client.CheckpointWait). A nil
+// *WaitOpts means the defaults.
+type WaitOpts struct {
+	// PollInterval is how long the wait sleeps between two advances of the
+	// checkpoint. Zero means WaitPollIntervalDefault; negative is
+	// an error.
+	PollInterval time.Duration
+}
+
 // WaitPollIntervalDefault is the default of WaitOpts.PollInterval.
-const WaitPollIntervalDefault = bustype.CheckpointWaitPollIntervalDefault
+const WaitPollIntervalDefault = 20 * time.Millisecond

@@ -24,8 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/engine"
@@ -488,7 +488,7 @@ func TestWorkerRole(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, appended[1].GlobalSequence, dead[0].GlobalSequence)
-	checkpointSeq, err := checkpoints.Advance(ctx, worker, "billing")
+	checkpointSeq, err := checkpoint.Advance(ctx, worker, "billing")
 	require.NoError(t, err)
 	require.Equal(t, last, checkpointSeq)
 

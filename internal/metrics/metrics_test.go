@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/metrics"
 	"github.com/riverbus/riverbus/internal/pgtest"
@@ -186,7 +186,7 @@ WHERE id = (SELECT min(id) FROM river_job WHERE kind = 'pa')`)
 	_, err = bundle.db.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
 WHERE id = (SELECT max(id) FROM river_job WHERE kind = 'pa')`)
 	require.NoError(t, err)
-	cp, err := checkpoints.Advance(ctx, bundle.db, "pa")
+	cp, err := checkpoint.Advance(ctx, bundle.db, "pa")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), cp)
 	_, err = bundle.db.Exec(ctx, `

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/fanouttest"
 	"github.com/riverbus/riverbus/internal/horizon"
@@ -75,7 +75,7 @@ func consume(t *testing.T, b *testBundle) {
 	}
 	_, err := b.db.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE state <> 'completed'`)
 	require.NoError(t, err)
-	_, err = checkpoints.AdvanceAll(ctx, b.db)
+	_, err = checkpoint.AdvanceAll(ctx, b.db)
 	require.NoError(t, err)
 }
 

@@ -45,7 +45,7 @@ const recheck = `check riversql against the new River, then set RiverVersion:
   - river_queue and River's QueueCreateOrSetUpdatedAt: QueueEnsure;
   - River's JobRetry (riverpgxv5/internal/dbsqlc/river_job.sql): JobRetryDiscarded;
   - the SQL that reads or updates river_job elsewhere (its states and columns): the
-    queries.go of internal/lanes, internal/deadletters, internal/checkpoints,
+    queries.go of internal/lanes, internal/deadletters, checkpoint,
     internal/pools and the root package, workers/exactlyonce.go`
 
 // The River in go.mod is the one this package was written against.

@@ -1,4 +1,4 @@
-package checkpoints_test
+package checkpoint_test
 
 import (
 	"context"

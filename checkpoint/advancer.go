@@ -1,4 +1,4 @@
-package engine
+package checkpoint
 
 import (
 	"context"
@@ -8,42 +8,41 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/riverbus/riverbus/internal/checkpoints"
 	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/service"
 )
 
-// CheckpointAdvancerConfig is the checkpoint advancer's configuration.
-type CheckpointAdvancerConfig struct {
+// AdvancerConfig is the checkpoint advancer's configuration.
+type AdvancerConfig struct {
 	// Interval is how often the checkpoints advance; it must be positive.
 	Interval time.Duration
 	// Logger receives its failures.
 	Logger *slog.Logger
 }
 
-// CheckpointAdvancer advances every pool's checkpoint
-// (checkpoints.AdvanceAll) each interval.
-type CheckpointAdvancer struct {
+// Advancer advances every pool's checkpoint
+// (AdvanceAll) each interval.
+type Advancer struct {
 	db  *pgxpool.Pool
-	cfg CheckpointAdvancerConfig
+	cfg AdvancerConfig
 
 	// TestSignals lets tests wait for what Run did.
-	TestSignals CheckpointAdvancerTestSignals
+	TestSignals AdvancerTestSignals
 }
 
-// CheckpointAdvancerTestSignals are the checkpoint advancer's test signals.
-type CheckpointAdvancerTestSignals struct {
+// AdvancerTestSignals are the checkpoint advancer's test signals.
+type AdvancerTestSignals struct {
 	// Advanced receives the checkpoints, by pool, of every advance that
 	// succeeded.
 	Advanced service.TestSignal[map[string]int64]
 }
 
 // Init makes every signal record values; tests only, before Run.
-func (ts *CheckpointAdvancerTestSignals) Init(tb service.TB) { ts.Advanced.Init(tb) }
+func (ts *AdvancerTestSignals) Init(tb service.TB) { ts.Advanced.Init(tb) }
 
-// NewCheckpointAdvancer validates cfg and returns a checkpoint advancer
+// NewAdvancer validates cfg and returns a checkpoint advancer
 // over db.
-func NewCheckpointAdvancer(db *pgxpool.Pool, cfg *CheckpointAdvancerConfig) (*CheckpointAdvancer, error) {
+func NewAdvancer(db *pgxpool.Pool, cfg *AdvancerConfig) (*Advancer, error) {
 	c := *cfg
 	if c.Interval <= 0 {
 		return nil, fmt.Errorf("checkpoint advancer: interval must be positive, got %s", c.Interval)
@@ -51,13 +50,13 @@ func NewCheckpointAdvancer(db *pgxpool.Pool, cfg *CheckpointAdvancerConfig) (*Ch
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &CheckpointAdvancer{db: db, cfg: c}, nil
+	return &Advancer{db: db, cfg: c}, nil
 }
 
 // Run advances every pool's checkpoint each interval until ctx ends, then
 // returns nil. A failure is logged once, and again when advancing works
 // again; it is retried at the next interval.
-func (a *CheckpointAdvancer) Run(ctx context.Context) error {
+func (a *Advancer) Run(ctx context.Context) error {
 	ticker := time.NewTicker(a.cfg.Interval)
 	defer ticker.Stop()
 	failing := false
@@ -67,7 +66,7 @@ func (a *CheckpointAdvancer) Run(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 		}
-		cps, err := checkpoints.AdvanceAll(ctx, a.db)
+		cps, err := AdvanceAll(ctx, a.db)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			a.cfg.Logger.Warn("checkpoint advancer: advancing failed; will retry", health.Operation(health.OpCheckpointAdvance), "error", err)

@@ -1,4 +1,4 @@
-package checkpoints_test
+package checkpoint_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/checkpoint"
 )
 
 // failJob records a failed attempt of job id the way River does: attempt
@@ -29,19 +29,19 @@ func TestGetHolder(t *testing.T) {
 	ctx, bundle := setup(t)
 	createPool(t, bundle.db, "orders", "orders", 9)
 
-	_, err := checkpoints.GetHolder(ctx, bundle.db, "nope")
+	_, err := checkpoint.GetHolder(ctx, bundle.db, "nope")
 	require.ErrorIs(t, err, bustype.ErrUnknownPool)
-	h, err := checkpoints.GetHolder(ctx, bundle.db, "orders")
+	h, err := checkpoint.GetHolder(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Nil(t, h, "no unfinished job, nothing holds")
 
 	ids := insertJobs(t, bundle.db, "orders", "orders", 5, 7, 9)
 	failJob(t, bundle.db, ids[0], "retryable", "charge failed: card declined", time.Hour)
 	failJob(t, bundle.db, ids[0], "retryable", "charge failed: \x1b[31mred\x1b[0m", time.Hour)
-	_, err = checkpoints.Advance(ctx, bundle.db, "orders")
+	_, err = checkpoint.Advance(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 
-	h, err = checkpoints.GetHolder(ctx, bundle.db, "orders")
+	h, err = checkpoint.GetHolder(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.NotNil(t, h)
 	require.Equal(t, ids[0], h.ID)
@@ -58,7 +58,7 @@ func TestGetHolder(t *testing.T) {
 
 	// The holder finishes: the next one holds, with no error yet.
 	finish(t, bundle.db, "completed", ids[0])
-	h, err = checkpoints.GetHolder(ctx, bundle.db, "orders")
+	h, err = checkpoint.GetHolder(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, ids[1], h.ID)
 	require.Equal(t, int64(7), h.Sequence)
@@ -90,7 +90,7 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 
 	// The lane's job in flight, retrying.
 	failJob(t, bundle.db, dead, "retryable", "ledger timed out", time.Minute)
-	h, err := checkpoints.GetHolder(ctx, bundle.db, "ledger")
+	h, err := checkpoint.GetHolder(ctx, bundle.db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, dead, h.ID)
 	require.Equal(t, "k1", *h.Lane)
@@ -100,7 +100,7 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 	_, err = bundle.db.Exec(ctx, `UPDATE river_job SET state = 'running' WHERE id = $1`, dead)
 	require.NoError(t, err)
 	failJob(t, bundle.db, dead, "discarded", "ledger rejected the entry", 0)
-	h, err = checkpoints.GetHolder(ctx, bundle.db, "ledger")
+	h, err = checkpoint.GetHolder(ctx, bundle.db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, pending, h.ID)
 	require.Equal(t, int64(2), h.Sequence)
@@ -118,7 +118,7 @@ func TestGetHolderLaneBlocker(t *testing.T) {
 	// Purged, the dead letter no longer blocks: nothing does.
 	_, err = bundle.db.Exec(ctx, `DELETE FROM riverbus_dead_letter WHERE job_id = $1`, dead)
 	require.NoError(t, err)
-	h, err = checkpoints.GetHolder(ctx, bundle.db, "ledger")
+	h, err = checkpoint.GetHolder(ctx, bundle.db, "ledger")
 	require.NoError(t, err)
 	require.Equal(t, pending, h.ID)
 	require.Nil(t, h.LaneBlocker)

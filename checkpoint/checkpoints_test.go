@@ -1,4 +1,4 @@
-package checkpoints_test
+package checkpoint_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/checkpoints"
+	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
@@ -28,7 +28,7 @@ func TestAdvance(t *testing.T) {
 		ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3, 4, 5)
 		finish(t, bundle.db, "completed", ids[0], ids[1])
 
-		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err := checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
@@ -38,12 +38,12 @@ func TestAdvance(t *testing.T) {
 
 		// A finished job above an unfinished one does not help.
 		finish(t, bundle.db, "completed", ids[3])
-		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err = checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
 		finish(t, bundle.db, "completed", ids[2])
-		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err = checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(4), got)
 	})
@@ -57,13 +57,13 @@ func TestAdvance(t *testing.T) {
 		finish(t, bundle.db, "cancelled", ids[3])
 		finish(t, bundle.db, "discarded", ids[4])
 
-		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err := checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
 		// Events 6 and 7 were filtered out: the cursor moved without jobs.
 		setCursor(t, bundle.db, "orders", 7)
-		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err = checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(7), got)
 	})
@@ -72,7 +72,7 @@ func TestAdvance(t *testing.T) {
 		t.Parallel()
 		ctx, bundle := setup(t)
 		createPool(t, bundle.db, "orders", "orders", 42)
-		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err := checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(42), got)
 	})
@@ -85,7 +85,7 @@ func TestAdvance(t *testing.T) {
 		finish(t, bundle.db, "discarded", ids[0])
 		finish(t, bundle.db, "completed", ids[1])
 
-		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err := checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(2), got)
 
@@ -106,10 +106,10 @@ func TestAdvance(t *testing.T) {
 			VALUES ('{"global_sequence": "not a number"}', 'orders', 1, 1, 'orders', 'available')`)
 		require.NoError(t, err)
 
-		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err := checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(3), got)
-		got, err = checkpoints.Advance(ctx, bundle.db, "billing")
+		got, err = checkpoint.Advance(ctx, bundle.db, "billing")
 		require.NoError(t, err)
 		require.Equal(t, int64(0), got)
 	})
@@ -121,14 +121,14 @@ func TestAdvance(t *testing.T) {
 		ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3, 4, 5)
 		finish(t, bundle.db, "completed", ids...)
 
-		got, err := checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err := checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
 		// A cursor set lower (an operator rewinding it, say) does not pull
 		// the checkpoint back.
 		setCursor(t, bundle.db, "orders", 1)
-		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err = checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
@@ -136,11 +136,11 @@ func TestAdvance(t *testing.T) {
 		// letter).
 		setCursor(t, bundle.db, "orders", 6)
 		insertJobs(t, bundle.db, "orders", "orders", 3)
-		got, err = checkpoints.Advance(ctx, bundle.db, "orders")
+		got, err = checkpoint.Advance(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), got)
 
-		st, err := checkpoints.Get(ctx, bundle.db, "orders")
+		st, err := checkpoint.Get(ctx, bundle.db, "orders")
 		require.NoError(t, err)
 		require.Equal(t, int64(5), st.Checkpoint)
 	})
@@ -148,13 +148,13 @@ func TestAdvance(t *testing.T) {
 	t.Run("UnknownPool", func(t *testing.T) {
 		t.Parallel()
 		ctx, bundle := setup(t)
-		_, err := checkpoints.Advance(ctx, bundle.db, "nope")
+		_, err := checkpoint.Advance(ctx, bundle.db, "nope")
 		require.ErrorIs(t, err, bustype.ErrUnknownPool)
 		require.EqualError(t, err, `unknown pool "nope": no pools exist yet`)
 
 		createPool(t, bundle.db, "orders", "orders", 0)
 		createPool(t, bundle.db, "billing", "billing", 0)
-		_, err = checkpoints.Advance(ctx, bundle.db, "nope")
+		_, err = checkpoint.Advance(ctx, bundle.db, "nope")
 		require.ErrorIs(t, err, bustype.ErrUnknownPool)
 		require.EqualError(t, err, `unknown pool "nope": pools are billing, orders`)
 	})
@@ -202,7 +202,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	defer conn.Release()
 	advancePID = conn.Conn().PgConn().PID()
 	go func() {
-		seq, err := checkpoints.Advance(ctx, conn.Conn(), "orders")
+		seq, err := checkpoint.Advance(ctx, conn.Conn(), "orders")
 		done <- result{seq, err}
 	}()
 
@@ -218,7 +218,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	require.NoError(t, res.err)
 	require.Equal(t, int64(10), res.seq, "the new cursor must not be paired with the old jobs")
 
-	got, err := checkpoints.Advance(ctx, bundle.db, "orders")
+	got, err := checkpoint.Advance(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(10), got, "jobs 11..20 are unfinished")
 }
@@ -227,7 +227,7 @@ func TestAdvanceAll(t *testing.T) {
 	t.Parallel()
 	ctx, bundle := setup(t)
 
-	got, err := checkpoints.AdvanceAll(ctx, bundle.db)
+	got, err := checkpoint.AdvanceAll(ctx, bundle.db)
 	require.NoError(t, err)
 	require.Empty(t, got)
 
@@ -238,7 +238,7 @@ func TestAdvanceAll(t *testing.T) {
 	finish(t, bundle.db, "completed", ids[0])
 	insertJobs(t, bundle.db, "billing", "billing", 1, 2, 3)
 
-	got, err = checkpoints.AdvanceAll(ctx, bundle.db)
+	got, err = checkpoint.AdvanceAll(ctx, bundle.db)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"orders": 1, "billing": 0, "audit": 9}, got)
 }
@@ -251,17 +251,17 @@ func TestGet(t *testing.T) {
 	ids := insertJobs(t, bundle.db, "orders", "orders", 1, 2, 3, 4, 5)
 	finish(t, bundle.db, "completed", ids[0], ids[1])
 
-	st, err := checkpoints.Get(ctx, bundle.db, "orders")
+	st, err := checkpoint.Get(ctx, bundle.db, "orders")
 	require.NoError(t, err)
-	require.Equal(t, bustype.Checkpoint{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 0, Lag: 8}, st, "Get does not advance")
+	require.Equal(t, checkpoint.Status{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 0, Lag: 8}, st, "Get does not advance")
 
-	_, err = checkpoints.Advance(ctx, bundle.db, "orders")
+	_, err = checkpoint.Advance(ctx, bundle.db, "orders")
 	require.NoError(t, err)
-	st, err = checkpoints.Get(ctx, bundle.db, "orders")
+	st, err = checkpoint.Get(ctx, bundle.db, "orders")
 	require.NoError(t, err)
-	require.Equal(t, bustype.Checkpoint{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 2, Lag: 6}, st)
+	require.Equal(t, checkpoint.Status{Pool: "orders", Horizon: 8, Cursor: 5, Checkpoint: 2, Lag: 6}, st)
 
-	_, err = checkpoints.Get(ctx, bundle.db, "nope")
+	_, err = checkpoint.Get(ctx, bundle.db, "nope")
 	require.ErrorIs(t, err, bustype.ErrUnknownPool)
 	require.EqualError(t, err, `unknown pool "nope": pools are orders`)
 }
@@ -311,23 +311,23 @@ func TestWaitFor(t *testing.T) {
 	// Jobs 1 and 2 finish, 3 is held: waiting for 2 returns, for 3 times out.
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	require.NoError(t, checkpoints.WaitFor(wctx, bundle.db, "orders", 2, nil))
+	require.NoError(t, checkpoint.WaitFor(wctx, bundle.db, "orders", 2, nil))
 
 	shortCtx, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancelShort()
-	err = checkpoints.WaitFor(shortCtx, bundle.db, "orders", 3, &bustype.CheckpointWaitOpts{PollInterval: 5 * time.Millisecond})
+	err = checkpoint.WaitFor(shortCtx, bundle.db, "orders", 3, &checkpoint.WaitOpts{PollInterval: 5 * time.Millisecond})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	close(w.release)
-	require.NoError(t, checkpoints.WaitFor(wctx, bundle.db, "orders", 4, nil))
-	st, err := checkpoints.Get(ctx, bundle.db, "orders")
+	require.NoError(t, checkpoint.WaitFor(wctx, bundle.db, "orders", 4, nil))
+	st, err := checkpoint.Get(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(4), st.Checkpoint)
 
-	err = checkpoints.WaitFor(wctx, bundle.db, "nope", 1, nil)
+	err = checkpoint.WaitFor(wctx, bundle.db, "nope", 1, nil)
 	require.ErrorIs(t, err, bustype.ErrUnknownPool)
 
-	err = checkpoints.WaitFor(wctx, bundle.db, "orders", 1, &bustype.CheckpointWaitOpts{PollInterval: -time.Second})
+	err = checkpoint.WaitFor(wctx, bundle.db, "orders", 1, &checkpoint.WaitOpts{PollInterval: -time.Second})
 	require.EqualError(t, err, "PollInterval must not be negative, got -1s")
 }
 
@@ -353,7 +353,7 @@ func TestAdvanceUsesIndex(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Release()
 	// GetHolder's query reads the same index, in order, without a sort.
-	for name, sql := range map[string]string{"advance": checkpoints.SQLAdvance, "holder": checkpoints.SQLHolder} {
+	for name, sql := range map[string]string{"advance": checkpoint.SQLAdvance, "holder": checkpoint.SQLHolder} {
 		_, err = conn.Exec(ctx, "PREPARE "+name+"(text) AS "+sql)
 		require.NoError(t, err)
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -376,7 +376,7 @@ func TestAdvanceUsesIndex(t *testing.T) {
 	}
 
 	// AdvanceAll probes the same index once per pool.
-	rows, err := conn.Query(ctx, "EXPLAIN "+checkpoints.SQLAdvanceAll)
+	rows, err := conn.Query(ctx, "EXPLAIN "+checkpoint.SQLAdvanceAll)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -385,13 +385,13 @@ func TestAdvanceUsesIndex(t *testing.T) {
 	require.Contains(t, plan, "(kind = p.name)", "advance all:\n%s", plan)
 	require.NotContains(t, plan, "Seq Scan on river_job", "advance all:\n%s", plan)
 
-	got, err := checkpoints.Advance(ctx, bundle.db, "orders")
+	got, err := checkpoint.Advance(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(20_000), got)
-	all, err := checkpoints.AdvanceAll(ctx, bundle.db)
+	all, err := checkpoint.AdvanceAll(ctx, bundle.db)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"orders": 20_000}, all)
-	h, err := checkpoints.GetHolder(ctx, bundle.db, "orders")
+	h, err := checkpoint.GetHolder(ctx, bundle.db, "orders")
 	require.NoError(t, err)
 	require.Equal(t, int64(20_001), h.Sequence)
 }
@@ -423,7 +423,7 @@ func TestIndexExpressionMatchesMigration(t *testing.T) {
 	require.NotEmpty(t, index, "index riverbus_job_unfinished_sequence not found in the migrations")
 	require.Contains(t, index, expr)
 	require.Contains(t, index, "WHERE "+predicate)
-	for _, sql := range []string{checkpoints.SQLAdvance, checkpoints.SQLAdvanceAll} {
+	for _, sql := range []string{checkpoint.SQLAdvance, checkpoint.SQLAdvanceAll} {
 		require.Contains(t, sql, "min("+expr+")")
 		require.Contains(t, sql, "WHERE kind = p.name AND "+predicate)
 	}

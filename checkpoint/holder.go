@@ -1,4 +1,4 @@
-package checkpoints
+package checkpoint
 
 import (
 	"context"
@@ -23,9 +23,9 @@ import (
 // A job that turned unfinished below the stored checkpoint (a retried dead
 // letter, a late event) is reported too: Advance keeps the checkpoint where
 // it is until that job finishes.
-func GetHolder(ctx context.Context, db database.DB, pool string) (*bustype.CheckpointHolder, error) {
+func GetHolder(ctx context.Context, db database.DB, pool string) (*Holder, error) {
 	var (
-		h                    bustype.CheckpointHolder
+		h                    Holder
 		id, seq              *int64
 		state                *rivertype.JobState
 		lastErr              *string
@@ -44,7 +44,7 @@ func GetHolder(ctx context.Context, db database.DB, pool string) (*bustype.Check
 	if id == nil {
 		return nil, nil
 	}
-	h.PoolJob = bustype.PoolJob{ID: *id, Sequence: *seq, State: bustype.JobState(*state), Attempt: *attempt, MaxAttempts: *maxAttempt,
+	h.Job = Job{ID: *id, Sequence: *seq, State: bustype.JobState(*state), Attempt: *attempt, MaxAttempts: *maxAttempt,
 		ScheduledAt: *scheduledAt, LastError: *lastErr, Lane: lane}
 	if created.After(h.HeldSince) {
 		h.HeldSince = *created
@@ -58,9 +58,9 @@ func GetHolder(ctx context.Context, db database.DB, pool string) (*bustype.Check
 }
 
 // laneBlocker returns what lane of pool waits for, or nil.
-func laneBlocker(ctx context.Context, db database.DB, pool, lane string) (*bustype.PoolJob, error) {
+func laneBlocker(ctx context.Context, db database.DB, pool, lane string) (*Job, error) {
 	var (
-		b                      bustype.PoolJob
+		b                      Job
 		seq                    *int64
 		scheduled, discardedAt *time.Time
 	)

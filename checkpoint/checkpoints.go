@@ -1,4 +1,4 @@
-package checkpoints
+package checkpoint
 
 import (
 	"cmp"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/pools"
 )
@@ -62,14 +61,14 @@ func AdvanceAll(ctx context.Context, db database.DB) (map[string]int64, error) {
 // Get returns the stored horizon, cursor and checkpoint of pool and its lag.
 // It does not advance the checkpoint; call Advance first for a fresh one. An
 // unknown pool gives an error wrapping bustype.ErrUnknownPool.
-func Get(ctx context.Context, db database.DB, pool string) (bustype.Checkpoint, error) {
-	st := bustype.Checkpoint{Pool: pool}
+func Get(ctx context.Context, db database.DB, pool string) (Status, error) {
+	st := Status{Pool: pool}
 	err := db.QueryRow(ctx, sqlStatus, pool).Scan(&st.Horizon, &st.Cursor, &st.Checkpoint)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return bustype.Checkpoint{}, pools.UnknownError(ctx, db, pool)
+		return Status{}, pools.UnknownError(ctx, db, pool)
 	}
 	if err != nil {
-		return bustype.Checkpoint{}, fmt.Errorf("get checkpoint of pool %q: %w", pool, err)
+		return Status{}, fmt.Errorf("get checkpoint of pool %q: %w", pool, err)
 	}
 	st.Lag = max(st.Horizon-st.Checkpoint, 0)
 	return st, nil
@@ -85,14 +84,14 @@ func Get(ctx context.Context, db database.DB, pool string) (bustype.Checkpoint, 
 // A pool whose filter skips the event at seq still reaches seq: the
 // checkpoint follows the cursor. db must not be a transaction at REPEATABLE
 // READ or SERIALIZABLE, whose snapshot would never see the jobs finish.
-func WaitFor(ctx context.Context, db database.DB, pool string, seq int64, opts *bustype.CheckpointWaitOpts) error {
+func WaitFor(ctx context.Context, db database.DB, pool string, seq int64, opts *WaitOpts) error {
 	if opts == nil {
-		opts = &bustype.CheckpointWaitOpts{}
+		opts = &WaitOpts{}
 	}
 	if opts.PollInterval < 0 {
 		return fmt.Errorf("PollInterval must not be negative, got %s", opts.PollInterval)
 	}
-	interval := cmp.Or(opts.PollInterval, bustype.CheckpointWaitPollIntervalDefault)
+	interval := cmp.Or(opts.PollInterval, WaitPollIntervalDefault)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

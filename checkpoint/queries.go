@@ -1,4 +1,4 @@
-package checkpoints
+package checkpoint
 
 // The CASE expression and the partial-index predicate in advanceComputed are
 // textually identical to the index riverbus_job_unfinished_sequence in

@@ -1,4 +1,4 @@
-package checkpoints
+package checkpoint
 
 // SQLAdvance lets the tests EXPLAIN the query Advance runs.
 const SQLAdvance = sqlAdvance
