@@ -18,8 +18,8 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
+	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/database"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/pooler"
 	"github.com/riverbus/riverbus/internal/pools"
@@ -55,7 +55,7 @@ type Client struct {
 
 	// The fan-out's services and the checkpoint advancer; nil with
 	// FanoutDisabled. Made by NewClient, run by each Start.
-	fanout   *engine.Fanout
+	fanout   *fanout.Fanout
 	advancer *checkpoint.Advancer
 	// The retention service; nil with FanoutDisabled or
 	// Retention.Interval -1.
@@ -99,7 +99,7 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 	client := &Client{db: db, cfg: c, logger: c.Logger, failures: failures, gate: upgrade.NewGate(c.schemaCode)}
 	client.watcher = &upgrade.Watcher{DB: db, Gate: client.gate, Logger: c.Logger}
 	if !c.FanoutDisabled {
-		if client.fanout, err = engine.NewWithGate(db, &c.Fanout, client.gate); err != nil {
+		if client.fanout, err = fanout.NewWithGate(db, &c.Fanout, client.gate); err != nil {
 			return nil, fmt.Errorf("riverbus: Fanout: %w", err)
 		}
 		client.advancer, err = checkpoint.NewAdvancer(db, &checkpoint.AdvancerConfig{

@@ -4,13 +4,13 @@ import (
 	"testing"
 
 	"github.com/riverbus/riverbus/checkpoint"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/retention"
 )
 
 // InitTestSignals makes the test signals of the client's services record
 // values, and returns them. Call it before Start.
-func (c *Client) InitTestSignals(t *testing.T) (*engine.Services, *checkpoint.Advancer) {
+func (c *Client) InitTestSignals(t *testing.T) (*fanout.Services, *checkpoint.Advancer) {
 	s := c.fanout.Services()
 	s.Horizon.TestSignals.Init(t)
 	s.Pools.TestSignals.Init(t)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/horizon"
+	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/poolmix"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
@@ -67,7 +67,7 @@ func TestIdleFanoutCostDoesNotGrowWithPools(t *testing.T) {
 	// Idle horizon rounds come at the poll interval (a second): five of
 	// them make a window of about five seconds.
 	for range 5 {
-		s.Horizon.TestSignals.RoundDone.WaitFor("an idle round", func(horizon.RoundResult) bool { return true })
+		s.Horizon.TestSignals.RoundDone.WaitFor("an idle round", func(fanout.RoundResult) bool { return true })
 	}
 	took, after := time.Since(began), transactions(ctx, t, b.db)
 	rate := float64(after-before) / took.Seconds()

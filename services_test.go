@@ -10,7 +10,6 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/outbox"
 )
@@ -32,7 +31,7 @@ func TestClientStartRunsEveryService(t *testing.T) {
 		appended, err := outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 		seq := appended[0].GlobalSequence
-		s.Horizon.TestSignals.RoundDone.WaitFor("a round past the event", func(r horizon.RoundResult) bool { return r.Horizon >= seq })
+		s.Horizon.TestSignals.RoundDone.WaitFor("a round past the event", func(r fanout.RoundResult) bool { return r.Horizon >= seq })
 		s.Pools.TestSignals.BatchDone.WaitFor("the event fanned out", func(r fanout.BatchResult) bool {
 			return r.Pool == "billing" && r.Cursor >= seq
 		})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/testwait"
@@ -43,7 +42,7 @@ func TestFanoutProcessesKilledMidBatch(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 3)
 	for range 3 {
-		inProc, err := engine.New(db, &fanout.Config{BatchSize: 5, PollInterval: 50 * time.Millisecond, Logger: discardLogger()})
+		inProc, err := fanout.New(db, &fanout.Config{BatchSize: 5, PollInterval: 50 * time.Millisecond, Logger: discardLogger()})
 		require.NoError(t, err)
 		go func() { done <- inProc.Run(runCtx) }()
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/riverclient"
@@ -148,7 +147,7 @@ func setupOrdered(t *testing.T, params bustype.PoolParams, maxWorkers int, rec *
 		rec.byKey = map[string][]int64{}
 	}
 	rec.inFlight = map[string]int{}
-	f, err := engine.New(db, &fanout.Config{PollInterval: 50 * time.Millisecond, BatchSize: 50, Logger: discardLogger()})
+	f, err := fanout.New(db, &fanout.Config{PollInterval: 50 * time.Millisecond, BatchSize: 50, Logger: discardLogger()})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	fanDone := make(chan error, 1)
@@ -361,7 +360,7 @@ func TestTransactionGroups(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = pools.Create(ctx, db, bustype.PoolParams{Name: "groups-by-key", Grouping: bustype.GroupTransaction, Ordering: bustype.OrderingKey})
 	require.NoError(t, err)
-	f, err := engine.New(db, &fanout.Config{BatchSize: 100, Logger: discardLogger()})
+	f, err := fanout.New(db, &fanout.Config{BatchSize: 100, Logger: discardLogger()})
 	require.NoError(t, err)
 
 	big, err := db.Begin(ctx)

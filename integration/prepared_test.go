@@ -12,7 +12,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
@@ -41,7 +40,7 @@ func TestPreparedWriterGap(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `CREATE TABLE unrelated (id int)`)
 	require.NoError(t, err)
-	f, err := engine.New(db, &fanout.Config{GapTimeout: time.Hour, Logger: discardLogger()})
+	f, err := fanout.New(db, &fanout.Config{GapTimeout: time.Hour, Logger: discardLogger()})
 	require.NoError(t, err)
 
 	// prepare runs f in a transaction with riverbus.notify off and

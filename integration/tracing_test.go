@@ -102,7 +102,7 @@ func TestTraceAppendToHandlerAcrossProcesses(t *testing.T) {
 
 	// Two orders, one after the other, each a trace of its own. (The
 	// fan-out process has looked at the pool before they come, so both
-	// take the plain statement, mostly riding on the round; the engine's
+	// take the plain statement, mostly riding on the round; package fanout's
 	// TestJobsCarryTraceContext covers every path.)
 	type order struct {
 		root     trace.SpanContext

@@ -12,7 +12,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/testwait"
@@ -151,7 +150,7 @@ func TestOutOfOrderCommitCheckpointExact(t *testing.T) {
 	db := pgtest.Connect(t, dbURL)
 	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "ooo"})
 	require.NoError(t, err)
-	f, err := engine.New(db, &fanout.Config{GapTimeout: time.Hour, Logger: discardLogger()})
+	f, err := fanout.New(db, &fanout.Config{GapTimeout: time.Hour, Logger: discardLogger()})
 	require.NoError(t, err)
 
 	txA, err := db.Begin(ctx)

@@ -18,7 +18,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/database"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
 	"github.com/riverbus/riverbus/migrations"
@@ -148,7 +147,7 @@ func TestNeighbourParseTimeLocksStopNothing(t *testing.T) {
 	}
 
 	// The horizon and the fan-out.
-	f, err := engine.New(worker, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
+	f, err := fanout.New(worker, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	passCtx, cancel := within(30 * time.Second)
 	defer cancel()

@@ -28,7 +28,6 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/deadletters"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/riverclient"
@@ -443,7 +442,7 @@ func TestWorkerRole(t *testing.T) {
 	logs := &deniedLog{}
 	logger := slog.New(logs)
 
-	f, err := engine.New(worker, &fanout.Config{Logger: logger})
+	f, err := fanout.New(worker, &fanout.Config{Logger: logger})
 	require.NoError(t, err)
 	pass, err := f.Pass(ctx)
 	require.NoError(t, err)
@@ -716,7 +715,7 @@ func TestAppCannotStopHorizonOrLanes(t *testing.T) {
 		_, err := outbox.Append(ctx, app, outbox.Event{Type: "order.placed", Key: "c1", Data: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
-	f, err := engine.New(worker, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
+	f, err := fanout.New(worker, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	passCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 )
 
@@ -104,7 +103,7 @@ func bigTxRun(ctx context.Context, e *env, n int, kinds []bigTxKind) (map[string
 	}
 	// The transaction's COPY takes seconds: the gap it holds open must not
 	// time out and turn its events into late ones.
-	f, err := engine.New(db, &fanout.Config{GapTimeout: phaseTimeout, Logger: e.quiet})
+	f, err := fanout.New(db, &fanout.Config{GapTimeout: phaseTimeout, Logger: e.quiet})
 	if err != nil {
 		return nil, err
 	}

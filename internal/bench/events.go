@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -116,7 +116,7 @@ func poolNames(n int) []string {
 }
 
 // catchUp calls f.Pass until every pool's cursor reaches last.
-func catchUp(ctx context.Context, f *engine.Fanout, db *pgxpool.Pool, last int64, timeout time.Duration) error {
+func catchUp(ctx context.Context, f *fanout.Fanout, db *pgxpool.Pool, last int64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		res, err := f.Pass(ctx)

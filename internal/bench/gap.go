@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -70,7 +69,7 @@ func rollbackGapRun(ctx context.Context, e *env, k int) ([]float64, error) {
 		return nil, err
 	}
 
-	f, err := engine.New(fanDB, &fanout.Config{Logger: e.quiet})
+	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.quiet})
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 )
@@ -102,7 +101,7 @@ func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n
 		return rebuildSample{}, err
 	}
 	defer stopClient(client)
-	f, err := engine.New(fanDB, &fanout.Config{Logger: e.quiet})
+	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.quiet})
 	if err != nil {
 		return rebuildSample{}, err
 	}

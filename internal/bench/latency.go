@@ -18,8 +18,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
-	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/outbox"
@@ -201,7 +199,7 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 		return latencySample{}, err
 	}
 	defer stopClient(client)
-	f, err := engine.New(fanDB, &fanout.Config{Logger: e.quiet, OnBatch: p.trace.batch})
+	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.quiet, OnBatch: p.trace.batch})
 	if err != nil {
 		return latencySample{}, err
 	}
@@ -586,9 +584,9 @@ func (t *tracer) append(ctx context.Context, db *pgxpool.Pool, ev outbox.Event) 
 	return nil
 }
 
-func (t *tracer) engineTrace() engine.Trace {
-	return engine.Trace{
-		Round: func(r horizon.RoundResult, at time.Time) {
+func (t *tracer) engineTrace() fanout.Trace {
+	return fanout.Trace{
+		Round: func(r fanout.RoundResult, at time.Time) {
 			t.mu.Lock()
 			t.rounds = append(t.rounds, mark{at, r.Horizon})
 			t.took = append(t.took, float64(r.Took)/float64(time.Millisecond))

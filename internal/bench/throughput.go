@@ -12,7 +12,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -86,7 +85,7 @@ func runFanout(ctx context.Context, e *env, name string, pools int) ([]Result, e
 type backlog struct {
 	d     *database
 	db    *pgxpool.Pool
-	f     *engine.Fanout
+	f     *fanout.Fanout
 	last  int64
 	close func()
 	// tracked: the database's statements are tracked (statements.go).
@@ -119,7 +118,7 @@ func newBacklog(ctx context.Context, e *env, track bool, conns int32, n, keys, p
 		if err := d.settle(ctx, db); err != nil {
 			return err
 		}
-		b.f, err = engine.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
+		b.f, err = fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
 		return err
 	}()
 	if err != nil {

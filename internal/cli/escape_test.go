@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
@@ -41,7 +40,7 @@ func TestHumanOutputEscapesEventText(t *testing.T) {
 	ok(t, run(t, dbURL, "pool", "create", "billing"))
 	_, err := db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ($1, $1, '{}')`, hostile)
 	require.NoError(t, err)
-	f, err := engine.New(db, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
+	f, err := fanout.New(db, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/cli"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/testwait"
@@ -51,7 +50,7 @@ func TestStatusShowsFailingCompletions(t *testing.T) {
 		_, err := outbox.Append(ctx, db, outbox.Event{Type: "invoice.created", Data: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
-	f, err := engine.New(db, &fanout.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f, err := fanout.New(db, &fanout.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
 )
@@ -32,7 +31,7 @@ func TestStatusNamesCheckpointHolder(t *testing.T) {
 		_, err := outbox.Append(ctx, db, outbox.Event{Type: "invoice.created", Key: "customer-1", Data: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
-	f, err := engine.New(db, &fanout.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f, err := fanout.New(db, &fanout.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)

@@ -13,7 +13,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/deadletters"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
@@ -41,7 +40,7 @@ func appendDeepEvent(t *testing.T, db *pgxpool.Pool) int64 {
 
 func fanOut(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
-	f, err := engine.New(db, &fanout.Config{Logger: jobtest.DiscardLogger})
+	f, err := fanout.New(db, &fanout.Config{Logger: jobtest.DiscardLogger})
 	require.NoError(t, err)
 	for {
 		res, err := f.Pass(context.Background())

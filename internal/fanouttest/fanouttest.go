@@ -16,7 +16,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pools"
 )
@@ -28,7 +27,7 @@ func QuietLogger() *slog.Logger {
 
 // NewFanout returns a Fanout over db with a quiet logger and, unless cfg
 // sets one, a 50 ms poll interval.
-func NewFanout(t *testing.T, db *pgxpool.Pool, cfg fanout.Config) *engine.Fanout {
+func NewFanout(t *testing.T, db *pgxpool.Pool, cfg fanout.Config) *fanout.Fanout {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = QuietLogger()
@@ -36,21 +35,21 @@ func NewFanout(t *testing.T, db *pgxpool.Pool, cfg fanout.Config) *engine.Fanout
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
-	f, err := engine.New(db, &cfg)
+	f, err := fanout.New(db, &cfg)
 	require.NoError(t, err)
 	return f
 }
 
-// Clock gives f's horizon a test clock (horizon.Clock) and returns it.
-func Clock(f *engine.Fanout) *horizon.Clock {
-	c := &horizon.Clock{}
+// Clock gives f's horizon a test clock (fanout.Clock) and returns it.
+func Clock(f *fanout.Fanout) *fanout.Clock {
+	c := &fanout.Clock{}
 	f.Services().Horizon.UseClock(c)
 	return c
 }
 
 // InitSignals makes the test signals of f's services record values. Call
 // it before RunFanout.
-func InitSignals(t *testing.T, f *engine.Fanout) *engine.Services {
+func InitSignals(t *testing.T, f *fanout.Fanout) *fanout.Services {
 	s := f.Services()
 	s.Horizon.TestSignals.Init(t)
 	s.Pools.TestSignals.Init(t)
@@ -60,7 +59,7 @@ func InitSignals(t *testing.T, f *engine.Fanout) *engine.Services {
 }
 
 // RunFanout runs f in the background until the test ends.
-func RunFanout(t *testing.T, f *engine.Fanout) {
+func RunFanout(t *testing.T, f *fanout.Fanout) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -77,7 +76,7 @@ func RunFanout(t *testing.T, f *engine.Fanout) {
 }
 
 // Pass runs one f.Pass and requires it to succeed.
-func Pass(t *testing.T, f *engine.Fanout) engine.PassResult {
+func Pass(t *testing.T, f *fanout.Fanout) fanout.PassResult {
 	t.Helper()
 	res, err := f.Pass(context.Background())
 	require.NoError(t, err)

@@ -1,34 +1,36 @@
-// Package horizon advances the horizon: the highest global sequence H such
-// that every sequence up to H is visible, proven never to commit, or
-// skipped by the gap timeout and watched. The fan-out reads each pool's
-// events in (cursor, H].
+// Package horizon holds the horizon's facts that operators and the status
+// read: the proof's assumptions (CheckAssumptions, Problem), the horizon
+// row (Get), its repairs (Repair, Renumber) and the failover fence (Fence,
+// LastFailover). The horizon is the highest global sequence H such that
+// every sequence up to H is visible, proven never to commit, or skipped by
+// the gap timeout and watched; package fanout advances it (its round,
+// walk and horizon service) and reads each pool's events in (cursor, H].
+// This file explains the proof both packages rely on.
 //
 // # Files
 //
-//   - walk.go: the pure decision of a round (walk): given the horizon, a
-//     snapshot, the visible sequences, the open gaps and the skipped
-//     ranges, where the horizon goes and what is recorded. No database.
-//   - round.go: one round against the database (Advance): its lock, its one
-//     read, walk, its writes; and RetireLateEvents.
-//   - service.go: the services that run them in a loop (Service, Retirer),
-//     with their test signals, and the test clock (Clock).
 //   - problems.go: the proof's assumptions (CheckAssumptions, Problem).
-//   - status.go: the horizon row for operators (Get, Repair).
+//   - status.go: the horizon row for operators (Get, Repair, Renumber).
 //   - failover.go: the failover fence (Fence, LastFailover): on a new WAL
 //     timeline, no number the old one delivered is given to another event
 //     (docs/design.md §2.8, migration 020).
+//   - In package fanout: walk.go, the pure decision of a round (no
+//     database); round.go, one round against the database (its lock, its
+//     one read, walk, its writes) and the retirement of late events;
+//     horizonservice.go, the services that run them in a loop, with their
+//     test signals, and the test clock (Clock).
 //
 // # Rounds
 //
-// Advance moves the horizon one round; whichever instance gets the round's
-// lock (a table lock only riverbus_worker may take) does the round and the
+// A round (package fanout's advance) moves the horizon one step; whichever
+// instance gets the round's lock (a table lock only riverbus_worker may take) does the round and the
 // others skip it. A gap (a missing sequence below a visible one) is passed
 // at once when the snapshot proves every transaction that could hold it
 // has ended, and after the gap timeout otherwise. Gaps and skipped
 // sequences are kept as ranges, so a gap costs the same whatever its
 // length. A skipped sequence that commits later is a late event: the
 // fan-out delivers it to every pool that passed it, flagged late, and
-// RetireLateEvents forgets it once every pool has.
+// the fan-out's retirer forgets it once every pool has.
 //
 // The proof assumes a sequence with CACHE 1, INCREMENT BY 1, NO CYCLE and
 // its next number above the horizon, and the assign trigger of migration
@@ -40,8 +42,8 @@
 //
 // A gap's age is measured by the database's clock alone (first_seen_at and
 // clock_timestamp() in the same server), so the clocks of the instances
-// never matter (docs/design.md). Tests move that clock forward with a Clock
-// (RoundParams.AgeShift) instead of sleeping through a gap timeout.
+// never matter (docs/design.md). Tests move that clock forward with a
+// fanout.Clock (roundParams.AgeShift) instead of sleeping through a gap timeout.
 package horizon
 
 // How the horizon proves a gap (docs/design.md §2.1).
@@ -107,14 +109,15 @@ package horizon
 // transaction, with a snapshot at least as new as the proof's, which saw
 // every commit of the range's writers. So no late event is forgotten with
 // its range. A late event stays in riverbus_late until every pool that
-// should see it has handled it and no range covers it (RetireLateEvents).
+// should see it has handled it and no range covers it (fanout's
+// retireLateEvents).
 //
-// The pools' late path (the engine's sqlLateEvents) looks both in riverbus_late and
+// The pools' late path (fanout's sqlLateEvents) looks both in riverbus_late and
 // inside the ranges, so a late event is delivered even before a round
 // records it; riverbus_pool_late records, per pool and late sequence, that
 // the pool has handled it (on the late path, or on its normal path when it
 // read the event in order), so each pool gets it once. The plain path
-// (the engine's plain.go) applies only when no late event can be pending: no row in
+// (fanout's plain.go) applies only when no late event can be pending: no row in
 // riverbus_late and no committed event inside any range, in its snapshot;
 // ranges holding only burned numbers leave it on.
 //
@@ -165,6 +168,6 @@ package horizon
 // handed out by the sequence, so none is in any gap. Renumber gives such
 // events numbers from the sequence.
 //
-// Service logs each problem at ERROR with its fix, and
+// The fanout's HorizonService logs each problem at ERROR with its fix, and
 // CheckAssumptions, Status.Problems, `riverbus status` and the
 // riverbus_horizon_problem metric show it.

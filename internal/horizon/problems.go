@@ -3,10 +3,6 @@ package horizon
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -68,7 +64,9 @@ func ProblemBlocks(code string) bool {
 	return !ok || t.blocks
 }
 
-func problems(codes, details []string) []Problem {
+// ProblemsOf describes the problems whose codes and details a read of
+// SQLAssumptions returned, in that order.
+func ProblemsOf(codes, details []string) []Problem {
 	if len(codes) == 0 {
 		return nil
 	}
@@ -102,40 +100,5 @@ func CheckAssumptions(ctx context.Context, db database.DB) ([]Problem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check assumptions: %w", err)
 	}
-	return problems(codes, details), nil
-}
-
-// problemLog logs the broken assumptions a round saw at ERROR: at once when
-// the set of problems changes, then again every problemLogInterval while it
-// lasts, and once at INFO when they are gone.
-type problemLog struct {
-	mu   sync.Mutex
-	last string
-	at   time.Time
-}
-
-const problemLogInterval = time.Minute
-
-func (l *problemLog) log(logger *slog.Logger, ps []Problem) {
-	codes := make([]string, len(ps))
-	for i, p := range ps {
-		codes[i] = p.Code
-	}
-	key := strings.Join(codes, ",")
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if key == l.last && (key == "" || time.Since(l.at) < problemLogInterval) {
-		return
-	}
-	if key == "" {
-		logger.Info("the gap proof's assumptions hold again; the horizon proves and skips gaps again", "was", l.last)
-	}
-	l.last, l.at = key, time.Now()
-	for _, p := range ps {
-		msg := "horizon: an assumption of the gap proof is broken"
-		if p.Blocks {
-			msg += "; the horizon proves and skips no gap until it is fixed"
-		}
-		logger.Error(msg, "problem", p.Code, "detail", p.Detail, "what", p.Message, "fix", p.Fix)
-	}
+	return ProblemsOf(codes, details), nil
 }

@@ -13,7 +13,7 @@
 //     (Lock: try-lock all, else wait in bucket order for at most 100 ms and
 //     step back); which lanes are busy under those locks (Busy); and the
 //     decision, job by job, between `available` and `pending` (Decider).
-//     The fan-out's batch (internal/engine, insert.go) calls them.
+//     The fan-out's batch (package fanout, insert.go) calls them.
 //   - sweep.go: the safety net, a service beside the fan-out (Sweeper):
 //     due retries of lane jobs made available at once (PromoteRetries),
 //     and lanes left with pending jobs and none in flight released
@@ -56,7 +56,7 @@
 //
 // Elsewhere in Go:
 //
-//   - the fan-out's batch (internal/engine) gives each unit its lane (the
+//   - the fan-out's batch (package fanout) gives each unit its lane (the
 //     pool's ordering) and inserts pending or available jobs as the
 //     Decider says;
 //   - retrying a dead letter puts its job back in line (`pending`) and

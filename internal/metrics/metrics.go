@@ -16,7 +16,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/engine"
+	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/horizon"
 )
@@ -46,7 +46,7 @@ var (
 	descFailovers      = newDesc("failovers_total", "Failovers riverbus fenced: the database went over to a new WAL timeline (a promoted standby, a point-in-time recovery) and the sequences were moved past every number the old one handed out.")
 	descLastFailover   = newDesc("last_failover_timestamp_seconds", "When riverbus last fenced a failover (Unix time); 0: never.")
 	descLateEvents     = newDesc("late_events_total", "Skipped sequences that committed after all (late events).")
-	descHorizonProblem = newDesc("horizon_problem", "1 while an assumption of the gap proof is broken (see engine.CheckAssumptions and riverbus status); while one with blocks=\"true\" holds, the horizon proves and skips no gap.", "problem", "blocks")
+	descHorizonProblem = newDesc("horizon_problem", "1 while an assumption of the gap proof is broken (see fanout.CheckAssumptions and riverbus status); while one with blocks=\"true\" holds, the horizon proves and skips no gap.", "problem", "blocks")
 
 	descRetentionTrimmed = newDesc("retention_trimmed_through", "Where the event log begins after retention: every event at or below it may have been deleted (0: none).")
 	descRetentionEvents  = newDesc("retention_events_trimmed_total", "Events deleted by event retention.")
@@ -297,16 +297,16 @@ func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, typ prometheus.Val
 }
 
 // NewRegistry returns a registry with a Collector for db (opts may be nil),
-// the fan-out's histograms of this process (engine.RoundSeconds,
-// engine.BatchSeconds: empty in a process that runs no fan-out), its
+// the fan-out's histograms of this process (fanout.RoundSeconds,
+// fanout.BatchSeconds: empty in a process that runs no fan-out), its
 // failure counter (health.ErrorsTotal), and the Go runtime and process
 // collectors.
 func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		NewCollector(db, opts),
-		engine.RoundSeconds,
-		engine.BatchSeconds,
+		fanout.RoundSeconds,
+		fanout.BatchSeconds,
 		health.ErrorsTotal,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -316,7 +316,7 @@ func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 
 // NewProcessRegistry returns a registry of what one process measures
 // itself, without the database-wide figures of NewRegistry: the fan-out's
-// histograms (engine.RoundSeconds, engine.BatchSeconds), its failures
+// histograms (fanout.RoundSeconds, fanout.BatchSeconds), its failures
 // (health.ErrorsTotal, counted also while the database refuses its
 // report), Go's runtime and the process. riverbus fanout and work serve it, so each of many such
 // processes can be scraped without a query to the database, and without
@@ -324,8 +324,8 @@ func NewRegistry(db *pgxpool.Pool, opts *CollectorOpts) *prometheus.Registry {
 func NewProcessRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		engine.RoundSeconds,
-		engine.BatchSeconds,
+		fanout.RoundSeconds,
+		fanout.BatchSeconds,
 		health.ErrorsTotal,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

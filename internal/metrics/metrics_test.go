@@ -22,7 +22,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/metrics"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
@@ -121,7 +120,7 @@ func TestCollector(t *testing.T) {
 		_, err := bundle.db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('t', 'k', '{}')`)
 		require.NoError(t, err)
 	}
-	f, err := engine.New(bundle.db, &fanout.Config{Logger: bundle.logger})
+	f, err := fanout.New(bundle.db, &fanout.Config{Logger: bundle.logger})
 	require.NoError(t, err)
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)

@@ -13,7 +13,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/fanouttest"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/pgtest"
@@ -24,7 +23,7 @@ import (
 
 type testBundle struct {
 	db *pgxpool.Pool
-	f  *engine.Fanout
+	f  *fanout.Fanout
 }
 
 func setup(t *testing.T) (context.Context, *testBundle) {

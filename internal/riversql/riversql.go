@@ -95,7 +95,7 @@ const payloadInlineMaxText = "65536" // PayloadInlineMax; riversql_test.go check
 // built with it, so an event's payload never has to leave the database.
 // An event whose payload takes more than PayloadInlineMax bytes gets a
 // bustype.EventJobRef instead: the envelope without data and metadata,
-// and "payload_in_log": true. envelope_test.go in internal/engine pins both
+// and "payload_in_log": true. envelope_test.go in package fanout pins both
 // to the bustype types.
 const EventArgs = `CASE WHEN ` + PayloadBig + `
 	THEN jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,

@@ -17,7 +17,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/ui"
@@ -38,7 +37,7 @@ func setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `INSERT INTO riverbus_event (type, key, data) VALUES ('invoice.paid', 'inv-1', '{"amount": 42}')`)
 	require.NoError(t, err)
-	f, err := engine.New(db, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
+	f, err := fanout.New(db, &fanout.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	_, err = f.Pass(ctx)
 	require.NoError(t, err)

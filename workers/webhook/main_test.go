@@ -19,7 +19,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/riverclient"
@@ -44,7 +43,7 @@ func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(
 type testBundle struct {
 	db     *pgxpool.Pool // the owner's
 	client *river.Client[pgx.Tx]
-	fanout *engine.Fanout
+	fanout *fanout.Fanout
 }
 
 // setupOpts are what tests vary in setupWith.
@@ -109,7 +108,7 @@ func setupWith(t *testing.T, opts setupOpts) *testBundle {
 		require.NoError(t, client.Stop(ctx))
 	})
 
-	f, err := engine.New(db, &fanout.Config{Logger: discardLogger})
+	f, err := fanout.New(db, &fanout.Config{Logger: discardLogger})
 	require.NoError(t, err)
 	return &testBundle{db: db, client: client, fanout: f}
 }

@@ -30,7 +30,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/engine"
 	"github.com/riverbus/riverbus/internal/pools"
 )
 
@@ -134,7 +133,7 @@ func run(target int64, timeout time.Duration, ready bool, stdin io.Reader, stdou
 		reached(b.Pool, b.Cursor)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	f, err := engine.New(db, &fanout.Config{Logger: logger, OnBatch: onBatch})
+	f, err := fanout.New(db, &fanout.Config{Logger: logger, OnBatch: onBatch})
 	if err != nil {
 		return err
 	}

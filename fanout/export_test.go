@@ -1,0 +1,41 @@
+package fanout
+
+import (
+	"time"
+
+	"github.com/riverbus/riverbus/internal/tracing"
+)
+
+// SetGroupPartBounds sets the most events and JSON bytes of one part of a
+// transaction group, and returns a function that restores the defaults.
+// Tests that call it must not run in parallel.
+func SetGroupPartBounds(events, bytes int) (restore func()) {
+	e, b := groupPartMaxEvents, groupPartMaxBytes
+	groupPartMaxEvents, groupPartMaxBytes = events, bytes
+	return func() { groupPartMaxEvents, groupPartMaxBytes = e, b }
+}
+
+// SetAnalyzeJobsMin sets how many jobs the pools' service inserts before
+// it first analyzes river_job; call it before Run.
+func (s *PoolService) SetAnalyzeJobsMin(n int) { s.analyzer.min = n }
+
+// JobMetadataOf is the metadata of the job of an unordered pool for an
+// event with metadata (jobMetadata).
+func JobMetadataOf(metadata []byte) []byte {
+	return jobMetadata(false, unit{trace: tracing.FromMetadata(metadata)})
+}
+
+// SetLockHeldAfter shortens LockHeldAfter for s.
+func (s *HorizonService) SetLockHeldAfter(d time.Duration) { s.lockMissed.after = d }
+
+// The horizon round and service, for the tests that run them without a
+// fan-out.
+type (
+	RoundParams          = roundParams
+	HorizonServiceConfig = horizonServiceConfig
+)
+
+var (
+	Advance           = advance
+	NewHorizonService = newHorizonService
+)
