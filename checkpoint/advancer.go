@@ -30,7 +30,8 @@ type Advancer struct {
 	TestSignals AdvancerTestSignals
 }
 
-// AdvancerTestSignals are the checkpoint advancer's test signals.
+// AdvancerTestSignals are the checkpoint advancer's test signals, for the
+// client's tests that wait for an advance.
 type AdvancerTestSignals struct {
 	// Advanced receives the checkpoints, by pool, of every advance that
 	// succeeded.

@@ -74,11 +74,11 @@ func (u *unit) stub(reason string) any {
 		Tags: e.Tags, OccurredAt: e.OccurredAt}, Late: u.late, Undeliverable: reason}
 }
 
-// FanOutPool runs one batch for pool name in one transaction: lock the pool
+// fanOutPool runs one batch for pool name in one transaction: lock the pool
 // row (skipping it when another instance has it), turn the events in
 // (cursor, horizon] into jobs, deliver late events, move the cursor, commit.
 // full reports that the batch was full, so more may be waiting.
-func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool, error) {
+func (f *Fanout) fanOutPool(ctx context.Context, name string) (BatchResult, bool, error) {
 	start := time.Now()
 	if res, full, handled, traceparents, err := f.fanOutPlain(ctx, name); err != nil {
 		return BatchResult{}, false, err

@@ -7,14 +7,20 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Defaults of Config fields.
+// The defaults of Config's fields, each named by its field's doc.
 const (
-	GapTimeoutDefault       = 5 * time.Second
+	// GapTimeoutDefault is the default of Config.GapTimeout.
+	GapTimeoutDefault = 5 * time.Second
+	// GapCheckIntervalDefault is the default of Config.GapCheckInterval.
 	GapCheckIntervalDefault = 10 * time.Millisecond
-	PollIntervalDefault     = time.Second
-	BatchSizeDefault        = 1000
-	BatchBytesDefault       = 64 << 20
-	WorkersDefault          = 4
+	// PollIntervalDefault is the default of Config.PollInterval.
+	PollIntervalDefault = time.Second
+	// BatchSizeDefault is the default of Config.BatchSize.
+	BatchSizeDefault = 1000
+	// BatchBytesDefault is the default of Config.BatchBytes.
+	BatchBytesDefault = 64 << 20
+	// WorkersDefault is the default of Config.Workers.
+	WorkersDefault = 4
 )
 
 // Config configures the fan-out that a riverbus.Client runs (its

@@ -45,8 +45,8 @@
 //
 // # Fan-out
 //
-// Each pool is fanned out on its own: one batch of one pool (FanOutPool)
-// runs in one transaction: lock the pool row FOR UPDATE SKIP LOCKED, read
+// Each pool is fanned out on its own, one batch at a time, each batch in
+// one transaction: lock the pool row FOR UPDATE SKIP LOCKED, read
 // its events in (cursor, H], insert their jobs, move the cursor, commit. A
 // batch takes at most Config.BatchSize events and stops before the one whose
 // stored bytes would take it past Config.BatchBytes (always taking one),

@@ -1,9 +1,12 @@
 package fanout
 
 import (
+	"context"
 	"time"
 
+	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/tracing"
+	"github.com/riverbus/riverbus/internal/upgrade"
 )
 
 // SetGroupPartBounds sets the most events and JSON bytes of one part of a
@@ -25,7 +28,7 @@ func JobMetadataOf(metadata []byte) []byte {
 	return jobMetadata(false, unit{trace: tracing.FromMetadata(metadata)})
 }
 
-// SetLockHeldAfter shortens LockHeldAfter for s.
+// SetLockHeldAfter shortens lockHeldAfter for s.
 func (s *HorizonService) SetLockHeldAfter(d time.Duration) { s.lockMissed.after = d }
 
 // The horizon round and service, for the tests that run them without a
@@ -39,3 +42,19 @@ var (
 	Advance           = advance
 	NewHorizonService = newHorizonService
 )
+
+// FanOutPool is fanOutPool: one batch of pool name.
+func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool, error) {
+	return f.fanOutPool(ctx, name)
+}
+
+// UsesPlainPath is usesPlainPath.
+func (f *Fanout) UsesPlainPath(pool string) bool { return f.usesPlainPath(pool) }
+
+// Gate returns the gate the fan-out's rounds and batches check.
+func (f *Fanout) Gate() *upgrade.Gate { return f.gate }
+
+// LockHeld is lockHeld.
+func (s *HorizonService) LockHeld() (since time.Time, holders []database.LockHolder) {
+	return s.lockHeld()
+}

@@ -157,7 +157,7 @@ func NewWithGate(db *pgxpool.Pool, cfg *Config, gate *upgrade.Gate) (*Fanout, er
 		GapTimeout: c.GapTimeout, GapCheckInterval: c.GapCheckInterval, PollInterval: c.PollInterval,
 		Logger: f.logger, Fanout: f, Gate: gate,
 	})
-	s.Pools = newPoolService(f, PoolServiceConfig{
+	s.Pools = newPoolService(f, poolServiceConfig{
 		Workers: c.Workers, PollInterval: c.PollInterval, Logger: f.logger, OnLateFunc: s.Retirer.Wake,
 	})
 	s.Pools.analyzer = &jobAnalyzer{f: f, min: analyzeJobsMinDefault, logger: f.logger}
@@ -165,9 +165,6 @@ func NewWithGate(db *pgxpool.Pool, cfg *Config, gate *upgrade.Gate) (*Fanout, er
 	s.Listener = &Listener{f: f}
 	return f, nil
 }
-
-// Gate returns the gate the fan-out's rounds and batches check.
-func (f *Fanout) Gate() *upgrade.Gate { return f.gate }
 
 // Services returns the fan-out's services.
 func (f *Fanout) Services() *Services { return &f.services }
@@ -183,9 +180,9 @@ func (f *Fanout) Stats() Stats {
 	return s
 }
 
-// UsesPlainPath reports whether pool's next batch takes the plain path
+// usesPlainPath reports whether pool's next batch takes the plain path
 // (plain.go), as far as its last batch found out.
-func (f *Fanout) UsesPlainPath(pool string) bool {
+func (f *Fanout) usesPlainPath(pool string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := f.plain[pool]
@@ -237,11 +234,11 @@ func (f *Fanout) roundDone(r RoundResult) {
 	case r.Late > 0:
 		// A late event is read by the pools' batches, which the
 		// notification of its append does not start.
-		f.services.Pools.HorizonMoved()
+		f.services.Pools.horizonMoved()
 	case r.Moved:
 		f.services.Pools.roundMoved()
 	}
-	f.services.Retirer.WakeAfter(r)
+	f.services.Retirer.wakeAfter(r)
 }
 
 // Listener wakes the horizon on each riverbus_event notification (the
@@ -280,8 +277,8 @@ func (l *Listener) HandleNotification(_ context.Context, n *pgconn.Notification,
 	switch {
 	case n.Channel == "riverbus_event":
 		l.f.services.Horizon.Wake()
-	case !l.f.services.Horizon.OwnRound(n.PID):
-		l.f.services.Pools.HorizonMoved()
+	case !l.f.services.Horizon.ownRound(n.PID):
+		l.f.services.Pools.horizonMoved()
 	}
 	return nil
 }
@@ -347,7 +344,7 @@ func (f *Fanout) Pass(ctx context.Context) (PassResult, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			b, full, err := f.FanOutPool(ctx, name)
+			b, full, err := f.fanOutPool(ctx, name)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

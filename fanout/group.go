@@ -47,7 +47,7 @@ type groupID struct{ txid, key string }
 // groupUnits turns matching events into transaction-group jobs. events are
 // in sequence order. On the normal path (late false) they are the batch's
 // events above cursor; on the late path, the late events the batch found
-// above the pool's start point (FanOutPool leaves out the others, for every
+// above the pool's start point (fanOutPool leaves out the others, for every
 // kind of pool): the rest of a late event's group counts from its first
 // event above the start point. Only the events' heads are read: each
 // part's args are built by the insert.

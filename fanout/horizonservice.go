@@ -20,7 +20,7 @@ import (
 	"github.com/riverbus/riverbus/internal/upgrade"
 )
 
-// pageSizeDefault is the default of Config.PageSize.
+// pageSizeDefault is the default of horizonServiceConfig.PageSize.
 const pageSizeDefault = 10_000
 
 // horizonServiceConfig is the horizon service's configuration. Zero durations are
@@ -95,30 +95,30 @@ type HorizonService struct {
 
 // lockMissed follows a run of rounds that found the round's lock taken.
 type lockMissed struct {
-	after    time.Duration // LockHeldAfter; tests shorten it
+	after    time.Duration // lockHeldAfter; tests shorten it
 	mu       sync.Mutex
 	since    time.Time
 	lookedAt time.Time
 	holders  []database.LockHolder
 }
 
-// LockHeldAfter is how long rounds may find the round's lock taken before
+// lockHeldAfter is how long rounds may find the round's lock taken before
 // the service looks up who holds it and says so. A round holds it for
 // milliseconds, so another instance's rounds never keep it that long.
-const LockHeldAfter = 30 * time.Second
+const lockHeldAfter = 30 * time.Second
 
-// LockHeld says since when this instance's rounds have found the round's
+// lockHeld says since when this instance's rounds have found the round's
 // lock held by another session (zero time: its last round got it), and,
-// once that has lasted LockHeldAfter, who held it when last looked.
-func (s *HorizonService) LockHeld() (since time.Time, holders []database.LockHolder) {
+// once that has lasted lockHeldAfter, who held it when last looked.
+func (s *HorizonService) lockHeld() (since time.Time, holders []database.LockHolder) {
 	s.lockMissed.mu.Lock()
 	defer s.lockMissed.mu.Unlock()
 	return s.lockMissed.since, slices.Clone(s.lockMissed.holders)
 }
 
 // noteLock records whether a round got the round's lock and, when rounds
-// have missed it for LockHeldAfter, looks up and logs who holds it (once
-// per LockHeldAfter): with the lock in riverbus's private schema only a
+// have missed it for lockHeldAfter, looks up and logs who holds it (once
+// per lockHeldAfter): with the lock in riverbus's private schema only a
 // riverbus_worker login or the owner can hold it, by a statement parsed
 // on it in a transaction left open, or a round that does not end.
 func (s *HorizonService) noteLock(ctx context.Context, locked bool) {
@@ -133,7 +133,7 @@ func (s *HorizonService) noteLock(ctx context.Context, locked bool) {
 	case m.since.IsZero():
 		m.since = now
 		return
-	case now.Sub(m.since) < cmp.Or(m.after, LockHeldAfter) || now.Sub(m.lookedAt) < cmp.Or(m.after, LockHeldAfter):
+	case now.Sub(m.since) < cmp.Or(m.after, lockHeldAfter) || now.Sub(m.lookedAt) < cmp.Or(m.after, lockHeldAfter):
 		return
 	}
 	m.lookedAt = now
@@ -152,7 +152,8 @@ func (s *HorizonService) noteLock(ctx context.Context, locked bool) {
 		"for", now.Sub(m.since).Round(time.Second), "held_by", strings.Join(held, ", "))
 }
 
-// TestSignals are the horizon service's test signals.
+// HorizonTestSignals are the horizon service's test signals, for tests
+// (of this package and others, through Fanout.Services) that wait for a round.
 type HorizonTestSignals struct {
 	// RoundDone receives the result of every round Run completes.
 	RoundDone service.TestSignal[RoundResult]
@@ -177,9 +178,9 @@ func newHorizonService(db *pgxpool.Pool, cfg *horizonServiceConfig) *HorizonServ
 // Wake asks Run for a round now.
 func (s *HorizonService) Wake() { service.Wake(s.wake) }
 
-// OwnRound reports whether the backend with pid ran one of this instance's
+// ownRound reports whether the backend with pid ran one of this instance's
 // rounds or sent their riverbus_horizon notifications.
-func (s *HorizonService) OwnRound(pid uint32) bool {
+func (s *HorizonService) ownRound(pid uint32) bool {
 	_, own := s.ownPIDs.Load(pid)
 	return own
 }
@@ -390,7 +391,8 @@ type retirerConfig struct {
 	Logger *slog.Logger
 }
 
-// RetirerTestSignals are the late-event retirer's test signals.
+// RetirerTestSignals are the late-event retirer's test signals, for tests
+// (of this package and others, through Fanout.Services).
 type RetirerTestSignals struct {
 	// Retired receives how many late events each retirement retired.
 	Retired service.TestSignal[int64]
@@ -411,9 +413,9 @@ func newRetirer(db *pgxpool.Pool, cfg *retirerConfig) *Retirer {
 // Wake asks Run for a retirement.
 func (r *Retirer) Wake() { service.Wake(r.wake) }
 
-// WakeAfter wakes the retirer when round found late events or saw some
+// wakeAfter wakes the retirer when round found late events or saw some
 // not yet retired.
-func (r *Retirer) WakeAfter(round RoundResult) {
+func (r *Retirer) wakeAfter(round RoundResult) {
 	if round.Late > 0 || round.LatePending > 0 {
 		r.Wake()
 	}

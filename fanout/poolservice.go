@@ -29,8 +29,8 @@ type poolDone struct {
 	err  error
 }
 
-// PoolServiceConfig is the pools' service's configuration.
-type PoolServiceConfig struct {
+// poolServiceConfig is the pools' service's configuration.
+type poolServiceConfig struct {
 	// Workers is how many batches may run at once (Config.Workers).
 	Workers int
 	// PollInterval is how often the pools due are listed, and each gets a
@@ -44,12 +44,12 @@ type PoolServiceConfig struct {
 }
 
 // PoolService fans out every active pool, each on its own, one batch at a
-// time per pool (Fanout.FanOutPool).
+// time per pool (Fanout.fanOutPool).
 type PoolService struct {
 	f        *Fanout
-	cfg      PoolServiceConfig
+	cfg      poolServiceConfig
 	wake     chan struct{}
-	moved    chan struct{} // HorizonMoved
+	moved    chan struct{} // horizonMoved
 	ownMoved chan struct{} // roundMoved
 	analyzer *jobAnalyzer
 
@@ -62,7 +62,8 @@ type PoolService struct {
 	TestSignals PoolTestSignals
 }
 
-// PoolTestSignals are the pools' service's test signals.
+// PoolTestSignals are the pools' service's test signals, for tests (of this
+// package and others, through Fanout.Services) that wait for a batch.
 type PoolTestSignals struct {
 	// BatchDone receives the result of every batch Run committed (empty
 	// ones included).
@@ -78,7 +79,7 @@ func (ts *PoolTestSignals) Init(tb service.TB) {
 	ts.Analyzed.Init(tb)
 }
 
-func newPoolService(f *Fanout, cfg PoolServiceConfig) *PoolService {
+func newPoolService(f *Fanout, cfg poolServiceConfig) *PoolService {
 	return &PoolService{f: f, cfg: cfg, wake: service.NewWake(), moved: service.NewWake(), ownMoved: service.NewWake()}
 }
 
@@ -86,12 +87,12 @@ func newPoolService(f *Fanout, cfg PoolServiceConfig) *PoolService {
 // run a batch of each pool due.
 func (s *PoolService) Wake() { service.Wake(s.wake) }
 
-// HorizonMoved asks Run for a batch of every active pool the move
+// horizonMoved asks Run for a batch of every active pool the move
 // concerns: the horizon moved (or a round found late events). Which pools
 // those are, sqlPoolsDue says (due.go).
-func (s *PoolService) HorizonMoved() { service.Wake(s.moved) }
+func (s *PoolService) horizonMoved() { service.Wake(s.moved) }
 
-// roundMoved is HorizonMoved after a round of this instance, whose last
+// roundMoved is horizonMoved after a round of this instance, whose last
 // round trip ran sqlPoolsDue after its rides (ride.go): the pools due are
 // known without a round trip of their own.
 func (s *PoolService) roundMoved() { service.Wake(s.ownMoved) }
@@ -209,7 +210,7 @@ func (s *PoolService) Run(ctx context.Context) error {
 				st.running, st.due, st.lastStart = true, false, now
 				running++
 				go func() {
-					res, full, err := s.f.FanOutPool(ctx, n)
+					res, full, err := s.f.fanOutPool(ctx, n)
 					done <- poolDone{name: n, res: res, full: full, err: err}
 				}()
 			}
