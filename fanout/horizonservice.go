@@ -371,7 +371,7 @@ func (s *HorizonService) Run(ctx context.Context) error {
 }
 
 // Retirer retires late events that every pool has handled
-// (RetireLateEvents) whenever it is woken: by a round that found late
+// (retireLateEvents) whenever it is woken: by a round that found late
 // events or saw some pending, and by a batch that delivered late events.
 // While a late record is left every round wakes it again: a pool that
 // lagged behind handles the event on its normal path, which signals no

@@ -101,7 +101,7 @@ type roundParams struct {
 	AgeShift time.Duration
 }
 
-// Advance runs one horizon round (docs/design.md §2) unless another instance is
+// advance runs one horizon round (docs/design.md §2) unless another instance is
 // running one.
 //
 // On a *pgxpool.Pool it runs on a connection of its own and sends BEGIN
@@ -323,7 +323,7 @@ func round(ctx context.Context, q roundConn, own bool, params roundParams) (Roun
 // bustype.ErrHorizonMissing is returned by rounds, batches and GetHorizon when the
 // riverbus_horizon row is missing: nothing moves until RepairHorizon (the
 
-// RetireLateEvents deletes the records of late events that every pool has
+// retireLateEvents deletes the records of late events that every pool has
 // handled (and that no skipped range covers any more), with the pools'
 // records of them. It returns how many late events it retired.
 //
