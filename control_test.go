@@ -88,9 +88,9 @@ func setupControl(t *testing.T, hooks river.Worker[hookArgs], hookWorkers int) (
 	require.NoError(t, err)
 
 	gate := &holdingWorker[gateArgs]{release: make(chan struct{})}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, hooks, &riverbus.WorkerOpts{MaxWorkers: hookWorkers})
-	riverbus.AddWorker(ws, gate, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, hooks, &workers.AddOpts{MaxWorkers: hookWorkers})
+	workers.Add(ws, gate, nil)
 	client, err := riverbus.NewClient(b.db, &riverbus.Config{Workers: ws})
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver"
 
-	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // NewRiverDriver returns the River driver riverbus's own River clients use,
@@ -33,5 +33,5 @@ import (
 // messages it dropped. A nil db gives a driver for the caller's
 // transactions only, as riverpgxv5.New(nil) does.
 func NewRiverDriver(db *pgxpool.Pool, logger *slog.Logger) riverdriver.Driver[pgx.Tx] {
-	return riverclient.NewDriver(db, logger)
+	return workers.NewDriver(db, logger)
 }

@@ -24,12 +24,12 @@
 // # Registering
 //
 // Bind(ws, cfg, opts) binds the delivery of pool cfg.Pool to a
-// riverbus.Workers, as riverbus.AddWorker binds a Go handler; a
+// workers.Registry, as workers.Add binds a Go handler; a
 // riverbus.Client started with those workers works the pool's queue:
 //
-//	ws := riverbus.NewWorkers()
+//	ws := workers.NewRegistry()
 //	err := webhook.Bind(ws, webhook.Config{Pool: "billing", URL: "https://billing.internal/events", Secret: secret},
-//		&riverbus.WorkerOpts{MaxWorkers: 10})
+//		&workers.AddOpts{MaxWorkers: 10})
 //	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
 //	err = client.Start(ctx)
 //

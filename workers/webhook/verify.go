@@ -16,7 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // A job row is not evidence: any riverbus_worker login may insert or
@@ -141,7 +141,7 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 	}
 	if bytes.Contains(job.EncodedArgs, []byte(`"payload_in_log"`)) {
 		// The envelope of a big event is rebuilt from the log: one of the
-		// process's few big reads at once (riverclient.PayloadRead), so
+		// process's few big reads at once (workers.PayloadRead), so
 		// the deliveries' memory does not follow --concurrency. Waiting
 		// for one takes at most the delivery's own Timeout (without one,
 		// half of what is left of the job's time).
@@ -152,7 +152,7 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 				wait = time.Until(deadline) / 2
 			}
 		}
-		release, err := riverclient.PayloadRead(ctx, wait)
+		release, err := workers.PayloadRead(ctx, wait)
 		if err != nil {
 			return nil, uuid.Nil, err
 		}

@@ -1,4 +1,4 @@
-package riverclient
+package workers
 
 import (
 	"log/slog"

@@ -1,9 +1,0 @@
-package retry_test
-
-import (
-	"testing"
-
-	"github.com/riverbus/riverbus/internal/pgtest"
-)
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
