@@ -1,0 +1,9 @@
+package pools_test
+
+import (
+	"testing"
+
+	"github.com/riverbus/riverbus/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
