@@ -14,7 +14,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/health"
 )
 
@@ -78,7 +77,7 @@ type retryPolicyConfig struct {
 // It is a river.ClientRetryPolicy that schedules each pool job's next
 // attempt by its pool's retry schedule. Safe for concurrent use.
 type retryPolicy struct {
-	db       database.DB
+	db       DB
 	refresh  time.Duration
 	logger   *slog.Logger
 	now      func() time.Time
@@ -117,7 +116,7 @@ type hint struct {
 
 // newRetryPolicy returns a retryPolicy that reads the pools' schedules from db. It returns
 // an error naming the field of cfg that is not valid.
-func newRetryPolicy(db database.DB, cfg *retryPolicyConfig) (*retryPolicy, error) {
+func newRetryPolicy(db DB, cfg *retryPolicyConfig) (*retryPolicy, error) {
 	var c retryPolicyConfig
 	if cfg != nil {
 		c = *cfg
@@ -212,7 +211,7 @@ func (p *retryPolicy) load(now time.Time, maxAge time.Duration) *snapshot {
 
 const sqlSchedules = `SELECT name, retry_base, retry_factor, retry_max_delay, retry_jitter FROM riverbus_pool`
 
-func readSchedules(ctx context.Context, db database.DB) (map[string]bustype.RetrySchedule, error) {
+func readSchedules(ctx context.Context, db DB) (map[string]bustype.RetrySchedule, error) {
 	rows, err := db.Query(ctx, sqlSchedules)
 	if err != nil {
 		return nil, err

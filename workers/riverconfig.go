@@ -10,7 +10,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/redact"
 	"github.com/riverbus/riverbus/internal/tracing"
@@ -40,7 +39,7 @@ type RiverOpts struct {
 
 	// DB is where the pools' retry schedules are read. Nil: River's
 	// default retry policy (a client that only inserts needs none).
-	DB database.DB
+	DB DB
 
 	// Config holds the settings; zero fields get riverbus's defaults.
 	Config
