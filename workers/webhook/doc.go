@@ -47,7 +47,7 @@
 // application/json. The body is the event envelope as riverbus_event holds
 // it: a JSON object with global_sequence, event_id, type, key, tags, data,
 // metadata and occurred_at (RFC 3339), plus "late": true for a late event.
-// A transaction-grouped pool's job is sent as a bustype.GroupJob
+// A transaction-grouped pool's job is sent as a workers.GroupArgs
 // (workers.GroupArgs): global_sequence (its first event's),
 // transaction_id, key, events (each an envelope as the log holds it), part
 // and parts. The envelopes' text is PostgreSQL's jsonb output, so key order,

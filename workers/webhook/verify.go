@@ -28,12 +28,12 @@ import (
 // dead letter at once, with the reason as its error (docs/security.md,
 // "Who may do what").
 
-// claim is what a job's args say: one event (bustype.EventJob) or a
-// transaction group's events, or part of them (bustype.GroupJob).
+// claim is what a job's args say: one event (workers.Args) or a
+// transaction group's events, or part of them (workers.GroupArgs).
 type claim struct {
 	group  bool
 	events []claimedEvent
-	// Of a group: the rest of bustype.GroupJob.
+	// Of a group: the rest of workers.GroupArgs.
 	sequence      int64
 	transactionID string
 	key           string
@@ -64,7 +64,7 @@ func parseClaim(args []byte) (*claim, error) {
 	}
 	var raws []json.RawMessage
 	if events, ok := fields["events"]; ok {
-		var g bustype.GroupJob
+		var g workers.GroupArgs
 		var gr struct {
 			Events []json.RawMessage `json:"events"`
 		}
@@ -213,7 +213,7 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 		}
 		events = append(events, env...)
 	}
-	g := bustype.GroupJob{GlobalSequence: c.sequence, TransactionID: c.transactionID, Key: c.key, Late: c.late, Part: c.part, Parts: c.parts}
+	g := workers.GroupArgs{GlobalSequence: c.sequence, TransactionID: c.transactionID, Key: c.key, Late: c.late, Part: c.part, Parts: c.parts}
 	return g.AppendJSON(nil, events), c.events[0].EventID, nil
 }
 

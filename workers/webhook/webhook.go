@@ -122,7 +122,7 @@ func (e *StatusError) Error() string {
 // River registers workers by Go type, each type with a fixed Kind; the pool
 // name is only known at run time, so Register uses river.AddWorkerArgs with
 // an args value whose Kind is the pool name. River decodes every job of the
-// kind into the same type, workers.Args (bustype.EventJob).
+// kind into the same type, workers.Args.
 func Register(ws *river.Workers, cfg Config) (err error) {
 	if ws == nil {
 		return errors.New("register webhook: workers is nil")
