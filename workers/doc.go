@@ -16,7 +16,8 @@
 //   - Decode: the event's data as a Go value
 //   - Exactly once: CompleteTx and RunExactlyOnce
 //   - Client settings: Config
-//   - A River client of your own: RiverConfig, Driver
+//   - A River client of your own: RiverConfig, NewDriver
+//   - Big events: SkipPayloads, PayloadRead
 //   - Retries: the pool's schedule, RetryAfter
 //   - Dead letters: what becomes of a job that used up its attempts
 //
@@ -32,6 +33,10 @@
 // job.Args.Key and so on without another query. Late is true for an event
 // that committed after the horizon had given up waiting for it, and was
 // therefore delivered after events with higher sequences.
+//
+// A pool created with --group transaction gets one job per application
+// transaction instead, whose args embed GroupArgs: the transaction's events
+// in sequence order.
 //
 // # Registry
 //
@@ -78,6 +83,15 @@
 // reading a riverbus.Client uses) and its driver with NewDriver, River's
 // pgx driver whose listener acts on a control message only when the
 // database confirms it.
+//
+// # Big events
+//
+// A job of an event whose data and metadata are too big to copy into it
+// holds a reference to the log instead; a hook that RiverConfig installs
+// reads the payload before River decodes the args, so a handler always gets
+// whole events. A worker that reads the events from the log itself (the
+// webhook does) says so with SkipPayloads in its middleware, and takes one
+// of the process's PayloadReadsMax reads of big payloads with PayloadRead.
 //
 // # Retries
 //
