@@ -90,16 +90,16 @@ func TestBigEventsTravelByReference(t *testing.T) {
 	}
 
 	rec := &payloadRecorder{events: map[string]map[int64]bustype.Event{}, calls: map[string]int{}}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigPlainArgs]) error {
+	ws := workers.NewRegistry()
+	workers.Add(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigPlainArgs]) error {
 		rec.add("big-plain", job.Args.Event)
 		return nil
 	}), nil)
-	riverbus.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigKeyedArgs]) error {
+	workers.Add(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigKeyedArgs]) error {
 		rec.add("big-keyed", job.Args.Event)
 		return nil
 	}), nil)
-	riverbus.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigGroupedArgs]) error {
+	workers.Add(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigGroupedArgs]) error {
 		rec.add("big-grouped", job.Args.Events...)
 		return nil
 	}), nil)
@@ -239,8 +239,8 @@ func TestBigEventReadGivesWayBeforeRescue(t *testing.T) {
 	require.NoError(t, err)
 
 	rec := &payloadRecorder{events: map[string]map[int64]bustype.Event{}, calls: map[string]int{}}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigSlowArgs]) error {
+	ws := workers.NewRegistry()
+	workers.Add(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigSlowArgs]) error {
 		rec.add("big-slow", job.Args.Event)
 		return nil
 	}), nil)

@@ -24,10 +24,10 @@ import (
 	"github.com/riverbus/riverbus/internal/pooler"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/retention"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/service"
 	"github.com/riverbus/riverbus/internal/upgrade"
 	"github.com/riverbus/riverbus/migrations"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // ErrNotMigrated is returned by Start when the database lacks the riverbus
@@ -117,7 +117,7 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 			}
 		}
 	}
-	if _, err := riverclient.Config(riverclient.Opts{Config: c.Work}); err != nil {
+	if _, err := workers.RiverConfig(workers.RiverOpts{Config: c.Work}); err != nil {
 		return nil, fmt.Errorf("riverbus: Work: %w", err)
 	}
 	client.stopped = make(chan struct{})
@@ -167,16 +167,16 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	var rc *river.Client[pgx.Tx]
 	slots := map[string]int{}
-	if c.cfg.Workers != nil && len(c.cfg.Workers.pools) > 0 {
+	if c.cfg.Workers != nil && len(c.cfg.Workers.Pools()) > 0 {
 		queues, ordered, err := c.bindQueues(ctx)
 		if err != nil {
 			return err
 		}
-		rcfg, err := riverclient.Config(riverclient.Opts{Queues: queues, Ordered: ordered, Workers: c.cfg.Workers.river, DB: c.db, Config: c.cfg.Work})
+		rcfg, err := workers.RiverConfig(workers.RiverOpts{Queues: queues, Ordered: ordered, Workers: c.cfg.Workers.RiverWorkers(), DB: c.db, Config: c.cfg.Work})
 		if err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
-		if rc, err = river.NewClient(riverclient.NewDriver(c.db, c.logger), rcfg); err != nil {
+		if rc, err = river.NewClient(workers.NewDriver(c.db, c.logger), rcfg); err != nil {
 			return fmt.Errorf("riverbus: workers: %w", err)
 		}
 		for queue, qc := range rcfg.Queues {
@@ -235,7 +235,7 @@ func (c *Client) checkSession(ctx context.Context) error {
 	switch {
 	case c.fanout != nil:
 		who = "riverbus: fan-out"
-	case c.cfg.Workers != nil && len(c.cfg.Workers.pools) > 0:
+	case c.cfg.Workers != nil && len(c.cfg.Workers.Pools()) > 0:
 		who = "riverbus: workers"
 	default:
 		return nil
@@ -352,13 +352,14 @@ func (c *Client) bindQueues(ctx context.Context) (map[string]int, []string, erro
 	}
 	queues := map[string]int{}
 	var missing []string
-	for _, name := range c.cfg.Workers.order {
+	for _, name := range c.cfg.Workers.Pools() {
 		p, ok := byName[name]
 		if !ok {
 			missing = append(missing, name)
 			continue
 		}
-		queues[p.Queue] = min(queues[p.Queue]+c.cfg.Workers.pools[name], river.QueueNumWorkersMax)
+		n, _ := c.cfg.Workers.MaxWorkers(name)
+		queues[p.Queue] = min(queues[p.Queue]+n, river.QueueNumWorkersMax)
 	}
 	if len(missing) > 0 {
 		return nil, nil, fmt.Errorf("riverbus: workers are registered for %s, which %s not exist: create the pool (Client.PoolCreate) before starting its workers: %w",
@@ -367,7 +368,7 @@ func (c *Client) bindQueues(ctx context.Context) (map[string]int, []string, erro
 	for _, queue := range slices.Sorted(maps.Keys(queues)) {
 		var without []string
 		for _, name := range inQueue[queue] {
-			if _, ok := c.cfg.Workers.pools[name]; !ok {
+			if _, ok := c.cfg.Workers.MaxWorkers(name); !ok {
 				without = append(without, name)
 			}
 		}

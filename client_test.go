@@ -80,8 +80,8 @@ func TestClientRunsFanoutAndBoundWorkers(t *testing.T) {
 	require.True(t, created)
 
 	w := newRecorder[billingArgs](3)
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, w, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, w, nil)
 	client, err := riverbus.NewClient(b.db, &riverbus.Config{Workers: ws})
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
@@ -113,8 +113,8 @@ func TestClientRefusesWorkersWithoutTheirPool(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t)
 
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, newRecorder[billingArgs](1), nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, newRecorder[billingArgs](1), nil)
 	client, err := riverbus.NewClient(b.db, &riverbus.Config{Workers: ws})
 	require.NoError(t, err)
 	err = client.Start(ctx)
@@ -133,28 +133,19 @@ func TestClientRefusesAQueueWithAPoolItDoesNotWork(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, newRecorder[billingArgs](1), nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, newRecorder[billingArgs](1), nil)
 	client, err := riverbus.NewClient(b.db, &riverbus.Config{Workers: ws})
 	require.NoError(t, err)
 	err = client.Start(ctx)
 	require.ErrorContains(t, err, `River queue "shared" also holds pool(s) "audit", which have no worker here`)
 
 	// With both bound, the shared queue is worked for both.
-	riverbus.AddWorker(ws, newRecorder[auditArgs](1), nil)
+	workers.Add(ws, newRecorder[auditArgs](1), nil)
 	client, err = riverbus.NewClient(b.db, &riverbus.Config{Workers: ws})
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	require.NoError(t, client.Stop(ctx))
-}
-
-func TestAddWorkerRefusesABadBinding(t *testing.T) {
-	t.Parallel()
-	ws := riverbus.NewWorkers()
-	require.NoError(t, riverbus.AddWorkerSafely(ws, newRecorder[billingArgs](1), &riverbus.WorkerOpts{MaxWorkers: 5}))
-	require.ErrorContains(t, riverbus.AddWorkerSafely(ws, newRecorder[billingArgs](1), nil), `pool "billing" already has a worker`)
-	require.ErrorContains(t, riverbus.AddWorkerSafely(ws, newRecorder[auditArgs](1), &riverbus.WorkerOpts{MaxWorkers: -1}), "MaxWorkers must be between 1 and 10000, got -1")
-	require.Equal(t, []string{"billing"}, ws.Pools())
 }
 
 func TestClientStartRefusesAnUnmigratedDatabase(t *testing.T) {

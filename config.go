@@ -35,9 +35,9 @@ type Config struct {
 	// FanoutDisabled.
 	Retention RetentionConfig
 
-	// Workers holds the handlers bound to pools (AddWorker). Nil: Start runs
-	// no River workers.
-	Workers *Workers
+	// Workers holds the handlers bound to pools (workers.Add). Nil: Start
+	// runs no River workers.
+	Workers *workers.Registry
 
 	// Work holds the River settings of the workers (fetch cooldown,
 	// timeouts, dead-letter retention). Zero fields get riverbus's defaults

@@ -88,9 +88,9 @@ func setupControl(t *testing.T, hooks river.Worker[hookArgs], hookWorkers int) (
 	require.NoError(t, err)
 
 	gate := &holdingWorker[gateArgs]{release: make(chan struct{})}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, hooks, &riverbus.WorkerOpts{MaxWorkers: hookWorkers})
-	riverbus.AddWorker(ws, gate, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, hooks, &workers.AddOpts{MaxWorkers: hookWorkers})
+	workers.Add(ws, gate, nil)
 	client, err := riverbus.NewClient(b.db, &riverbus.Config{Workers: ws})
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
@@ -375,7 +375,7 @@ type ownArgs struct{}
 func (ownArgs) Kind() string { return "own" }
 
 // TestNewRiverDriverGuardsAnApplicationsOwnClient: a River client an
-// application builds itself with riverbus.NewRiverDriver works on through a
+// application builds itself with workers.NewDriver works on through a
 // neighbour's forged cancels; an operator's cancel still ends its job.
 func TestNewRiverDriverGuardsAnApplicationsOwnClient(t *testing.T) {
 	t.Parallel()
@@ -383,7 +383,7 @@ func TestNewRiverDriverGuardsAnApplicationsOwnClient(t *testing.T) {
 	w := &holdingWorker[ownArgs]{release: make(chan struct{})}
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	rc, err := river.NewClient(riverbus.NewRiverDriver(tb.db, nil), &river.Config{
+	rc, err := river.NewClient(workers.NewDriver(tb.db, nil), &river.Config{
 		Queues:  map[string]river.QueueConfig{"own": {MaxWorkers: 2}},
 		Workers: ws,
 	})

@@ -41,7 +41,7 @@
 // # Handlers
 //
 // A handler is a River worker whose args embed workers.Args (or
-// workers.GroupArgs) and whose Kind is the pool's name. AddWorker binds it
+// workers.GroupArgs) and whose Kind is the pool's name. workers.Add binds it
 // to its pool: the Client works the pool's River queue with it, and Start
 // refuses, with an error that says why, a pool that does not exist or a
 // queue that holds pools this Client has no handler for.

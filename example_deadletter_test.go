@@ -48,8 +48,8 @@ func ExampleClient_DeadLetterRetry() {
 	db := riverbustest.NewDatabase(t)
 
 	worker := &ShippingWorker{shipped: make(chan string, 1)}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, worker, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, worker, nil)
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
 	if err != nil {
 		log.Fatal(err)

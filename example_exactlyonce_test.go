@@ -60,8 +60,8 @@ func Example_exactlyOnceProjection() {
 		log.Fatal(err)
 	}
 
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, &RevenueProjection{db: db}, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, &RevenueProjection{db: db}, nil)
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
 	if err != nil {
 		log.Fatal(err)

@@ -52,8 +52,8 @@ func Example_orderedPool() {
 	db := riverbustest.NewDatabase(t)
 
 	worker := &LedgerWorker{history: map[string][]string{}}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, worker, &riverbus.WorkerOpts{MaxWorkers: 10})
+	ws := workers.NewRegistry()
+	workers.Add(ws, worker, &workers.AddOpts{MaxWorkers: 10})
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
 	if err != nil {
 		log.Fatal(err)

@@ -36,8 +36,8 @@ func ExampleClient_RetentionTrim() {
 	defer t.done()
 	db := riverbustest.NewDatabase(t)
 
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, JournalWorker{}, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, JournalWorker{}, nil)
 	// The example trims by hand; a process normally applies the policy
 	// every Retention.Interval.
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws, Retention: riverbus.RetentionConfig{Interval: -1}})

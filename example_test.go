@@ -58,8 +58,8 @@ func Example() {
 	db := riverbustest.NewDatabase(t)
 
 	worker := &InvoiceWorker{}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, worker, nil) // works pool "invoicing" (InvoiceArgs.Kind)
+	ws := workers.NewRegistry()
+	workers.Add(ws, worker, nil) // works pool "invoicing" (InvoiceArgs.Kind)
 
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
 	if err != nil {

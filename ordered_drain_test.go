@@ -37,13 +37,13 @@ func TestOrderedPoolDrainKeepsOrderAndRiversEvents(t *testing.T) {
 
 	var mu sync.Mutex
 	handled := map[string][]int64{}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, river.WorkFunc(func(_ context.Context, job *river.Job[drainArgs]) error {
+	ws := workers.NewRegistry()
+	workers.Add(ws, river.WorkFunc(func(_ context.Context, job *river.Job[drainArgs]) error {
 		mu.Lock()
 		defer mu.Unlock()
 		handled[job.Args.Key] = append(handled[job.Args.Key], job.Args.GlobalSequence)
 		return nil
-	}), &riverbus.WorkerOpts{MaxWorkers: 100})
+	}), &workers.AddOpts{MaxWorkers: 100})
 	client := startKeyOrdered(t, db, ws, "drain", n, keys)
 	completed, cancel := client.River().Subscribe(river.EventKindJobCompleted)
 	defer cancel()
@@ -87,8 +87,8 @@ func TestOrderedPoolFetchesAheadButCapsHandlers(t *testing.T) {
 
 	var mu sync.Mutex
 	var now, peak, done int
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, river.WorkFunc(func(ctx context.Context, job *river.Job[cappedArgs]) error {
+	ws := workers.NewRegistry()
+	workers.Add(ws, river.WorkFunc(func(ctx context.Context, job *river.Job[cappedArgs]) error {
 		mu.Lock()
 		now++
 		peak = max(peak, now)
@@ -99,7 +99,7 @@ func TestOrderedPoolFetchesAheadButCapsHandlers(t *testing.T) {
 		done++
 		mu.Unlock()
 		return nil
-	}), &riverbus.WorkerOpts{MaxWorkers: maxWorkers})
+	}), &workers.AddOpts{MaxWorkers: maxWorkers})
 	startKeyOrdered(t, db, ws, "capped", n, keys)
 	runningPeak := 0
 	deadline := time.Now().Add(2 * time.Minute)
@@ -123,7 +123,7 @@ func TestOrderedPoolFetchesAheadButCapsHandlers(t *testing.T) {
 
 // startKeyOrdered creates the key-ordered pool name, appends n events over
 // keys keys, and starts a client with ws, stopped when the test ends.
-func startKeyOrdered(t *testing.T, db *pgxpool.Pool, ws *riverbus.Workers, name string, n, keys int) *riverbus.Client {
+func startKeyOrdered(t *testing.T, db *pgxpool.Pool, ws *workers.Registry, name string, n, keys int) *riverbus.Client {
 	t.Helper()
 	ctx := context.Background()
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
@@ -156,8 +156,8 @@ func TestOrderedJobWaitingForAHandlerCanBeCancelled(t *testing.T) {
 	first, release := make(chan string, 1), make(chan struct{})
 	var mu sync.Mutex
 	var ran []string
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, river.WorkFunc(func(ctx context.Context, job *river.Job[waitingArgs]) error {
+	ws := workers.NewRegistry()
+	workers.Add(ws, river.WorkFunc(func(ctx context.Context, job *river.Job[waitingArgs]) error {
 		mu.Lock()
 		ran = append(ran, job.Args.Key)
 		isFirst := len(ran) == 1
@@ -167,7 +167,7 @@ func TestOrderedJobWaitingForAHandlerCanBeCancelled(t *testing.T) {
 			<-release
 		}
 		return nil
-	}), &riverbus.WorkerOpts{MaxWorkers: 1})
+	}), &workers.AddOpts{MaxWorkers: 1})
 	client := startKeyOrdered(t, db, ws, "waiting", 2, 2) // keys k0, k1
 	running := <-first
 	defer close(release)

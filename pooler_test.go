@@ -17,6 +17,7 @@ import (
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pooler"
 	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // execMode is what an appender's URL through a transaction pooler adds
@@ -97,8 +98,8 @@ func TestClientStartRefusesATransactionPooler(t *testing.T) {
 	require.ErrorContains(t, err, "riverbus: fan-out: the database URL leads through a connection pooler in transaction mode (such as PgBouncer")
 	require.ErrorContains(t, err, "directly or through a pooler in session mode")
 
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, newRecorder[billingArgs](1), nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, newRecorder[billingArgs](1), nil)
 	workersOnly, err := riverbus.NewClient(pooled, &riverbus.Config{Workers: ws, FanoutDisabled: true})
 	require.NoError(t, err)
 	err = workersOnly.Start(ctx)
@@ -134,8 +135,8 @@ func startBilling(t *testing.T, db *pgxpool.Pool, want int) *recordingWorker[bil
 	_, _, err = admin.PoolCreate(ctx, bustype.PoolParams{Name: "billing"})
 	require.NoError(t, err)
 	w := newRecorder[billingArgs](want)
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, w, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, w, nil)
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))

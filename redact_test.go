@@ -17,6 +17,7 @@ import (
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/riverbustest"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // postingWorker POSTs to url and fails with net/http's error, which
@@ -56,8 +57,8 @@ func TestHandlerErrorsNeverShowURLCredentials(t *testing.T) {
 		_, _, err := admin.PoolCreate(ctx, bustype.PoolParams{Name: name, MaxAttempts: 1})
 		require.NoError(t, err)
 	}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, &postingWorker{url: "http://user:hunter2-pw@" + addr + "/hook?token=s3cret-token"}, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, &postingWorker{url: "http://user:hunter2-pw@" + addr + "/hook?token=s3cret-token"}, nil)
 	client := riverbustest.StartClient(t, b.db, &riverbus.Config{Workers: ws})
 	_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "t", Data: json.RawMessage(`{}`)})
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/riverbustest"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // PoolReplayWait returns the dead letters a replay made, and an error
@@ -23,8 +24,8 @@ func TestPoolReplayWaitReturnsDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t)
 	jobtest.CreateEventOnceTable(t, b.db)
-	ws := riverbus.NewWorkers()
-	require.NoError(t, riverbus.AddWorkerArgsSafely(ws, jobtest.PoolArgs("journal"), &jobtest.EventOnce{DB: b.db}, nil))
+	ws := workers.NewRegistry()
+	require.NoError(t, workers.AddArgsSafely(ws, jobtest.PoolArgs("journal"), &jobtest.EventOnce{DB: b.db}, nil))
 	admin, err := riverbus.NewClient(b.db, nil)
 	require.NoError(t, err)
 	_, _, err = admin.PoolCreate(ctx, bustype.PoolParams{Name: "journal", MaxAttempts: 1})

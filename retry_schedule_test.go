@@ -31,8 +31,8 @@ func TestFailedJobRetriesOnItsPoolsSchedule(t *testing.T) {
 		Retry: bustype.RetrySchedule{Base: 10 * time.Minute, Factor: 2, MaxDelay: time.Hour, Jitter: -1}})
 	require.NoError(t, err)
 
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, &failingWorker{fail: 1}, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, &failingWorker{fail: 1}, nil)
 	client := riverbustest.StartClient(t, b.db, &riverbus.Config{Workers: ws, Work: workers.Config{RetryRefreshInterval: time.Millisecond}})
 
 	_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`)})

@@ -44,8 +44,8 @@ func TestStatusShowsFailingOperations(t *testing.T) {
 	jobtest.FailLikeDiskFull(t, b.db, "test_disk_full", "river_job", jobtest.CompletionsOf("billing"))
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, okWorker{}, &riverbus.WorkerOpts{MaxWorkers: 2})
+	ws := workers.NewRegistry()
+	workers.Add(ws, okWorker{}, &workers.AddOpts{MaxWorkers: 2})
 	riverbustest.StartClient(t, b.db, &riverbus.Config{Workers: ws, ReportInterval: 100 * time.Millisecond,
 		ProcessName: "billing workers", Logger: quiet, Work: workers.Config{Logger: quiet}})
 	for range 30 {

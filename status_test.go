@@ -15,6 +15,7 @@ import (
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/riverbustest"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // failingWorker fails the job of one sequence.
@@ -55,8 +56,8 @@ func TestClientStatus(t *testing.T) {
 	_, err = admin.PoolPause(ctx, "later")
 	require.NoError(t, err)
 
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, &failingWorker{fail: 2}, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, &failingWorker{fail: 2}, nil)
 	client := riverbustest.StartClient(t, b.db, &riverbus.Config{Workers: ws})
 	for _, key := range []string{"a", "b", "c"} {
 		_, err := outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Key: key, Data: json.RawMessage(`{}`)})

@@ -99,9 +99,9 @@ func TestDBATimeoutsStarveNothing(t *testing.T) {
 	db := configuredPool(t, url)
 
 	var billing, accounts atomic.Int64
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, &tallyWorker[billingArgs]{n: &billing}, &riverbus.WorkerOpts{MaxWorkers: 20})
-	riverbus.AddWorker(ws, &tallyWorker[accountsArgs]{n: &accounts}, &riverbus.WorkerOpts{MaxWorkers: 20})
+	ws := workers.NewRegistry()
+	workers.Add(ws, &tallyWorker[billingArgs]{n: &billing}, &workers.AddOpts{MaxWorkers: 20})
+	workers.Add(ws, &tallyWorker[accountsArgs]{n: &accounts}, &workers.AddOpts{MaxWorkers: 20})
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
@@ -158,8 +158,8 @@ func TestStartRefusesSessionsLimitedBelowRiverbus(t *testing.T) {
 	for _, withWorkers := range []bool{false, true} {
 		cfg := &riverbus.Config{}
 		if withWorkers {
-			cfg.Workers = riverbus.NewWorkers()
-			riverbus.AddWorker(cfg.Workers, newRecorder[billingArgs](1), nil)
+			cfg.Workers = workers.NewRegistry()
+			workers.Add(cfg.Workers, newRecorder[billingArgs](1), nil)
 		}
 		client, err := riverbus.NewClient(pgtest.Connect(t, url), cfg)
 		require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // keyedRecorder records, per event key, the sequences its handler ran, in
@@ -66,8 +67,8 @@ func TestClientStopsDeliveringWhenTheSchemaNeedsNewerCode(t *testing.T) {
 
 	start := func(cfg riverbus.Config) (*riverbus.Client, *keyedRecorder) {
 		w := &keyedRecorder{byKey: map[string][]int64{}}
-		ws := riverbus.NewWorkers()
-		riverbus.AddWorker(ws, w, nil)
+		ws := workers.NewRegistry()
+		workers.Add(ws, w, nil)
 		cfg.Workers = ws
 		cfg.Fanout.PollInterval = 50 * time.Millisecond
 		client, err := riverbus.NewClient(b.db, &cfg)
@@ -160,8 +161,8 @@ func TestWorkersStopWhenTheSchemaNeedsNewerCode(t *testing.T) {
 	ctx, b, code := setupUpgrade(t, bustype.OrderingNone)
 
 	w := &keyedRecorder{byKey: map[string][]int64{}}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, w, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, w, nil)
 	old, err := riverbus.NewClient(b.db, &riverbus.Config{Workers: ws, FanoutDisabled: true})
 	require.NoError(t, err)
 	require.NoError(t, old.Start(ctx))

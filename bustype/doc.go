@@ -1,8 +1,8 @@
 // Package bustype holds riverbus's vocabulary: the types that the client
 // (package riverbus), the producer side (package outbox), handlers (package
-// workers) and webhooks share — events, pools and their settings, the job
-// envelopes, dead letters — and the errors they return. Checkpoints have
-// their own package, checkpoint.
+// workers) and webhooks share — events, pools and their settings, the
+// stubs of job args, dead letters — and the errors they return. Checkpoints
+// have their own package, checkpoint.
 //
 // It is a leaf package, like River's rivertype: it imports neither River nor
 // pgx, so any package can use it without pulling in the engine (outbox, the
@@ -36,11 +36,12 @@
 //
 // # Job envelopes
 //
-// A pool job's args have one of four shapes, each one Go type: EventJob
-// (one event), GroupJob (a transaction group, or a part of one), and the
-// stubs a dead letter carries when its unit could never become a job
-// (EventJobStub, GroupJobStub). The fan-out builds them in Go and, for
-// plain pools, in SQL; a test pins the SQL to these types key for key.
-// Handlers embed EventJob or GroupJob through workers.Args and
-// workers.GroupArgs.
+// A pool job's args have one of five shapes, each one Go type: an event's
+// (workers.Args) or a transaction group's, or a part of one
+// (workers.GroupArgs), which handlers embed; the reference to a big
+// event's payload that a job holds until the worker reads it
+// (EventJobRef); and the stubs a dead letter carries when its unit could
+// never become a job (EventJobStub, GroupJobStub). The fan-out builds them
+// in Go and, for plain pools, in SQL; a test pins the SQL to these types
+// key for key.
 package bustype

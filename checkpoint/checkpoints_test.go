@@ -12,7 +12,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/workers"
@@ -177,7 +176,7 @@ func TestAdvanceOneSnapshot(t *testing.T) {
 	defer fanout.Rollback(ctx) //nolint:errcheck
 	_, err = fanout.Exec(ctx, `SELECT 1 FROM riverbus_pool WHERE name = 'orders' FOR UPDATE`)
 	require.NoError(t, err)
-	inserter, err := river.NewClient(riverclient.NewDriver(bundle.db, nil), &river.Config{})
+	inserter, err := river.NewClient(workers.NewDriver(bundle.db, nil), &river.Config{})
 	require.NoError(t, err)
 	var params []river.InsertManyParams
 	for seq := int64(11); seq <= 20; seq++ {
@@ -296,10 +295,10 @@ func TestWaitFor(t *testing.T) {
 	w := &completeWorker{release: make(chan struct{})}
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{"orders": 4}, Workers: ws})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: map[string]int{"orders": 4}, Workers: ws})
 	require.NoError(t, err)
 	cfg.TestOnly = true
-	client, err := river.NewClient(riverclient.NewDriver(bundle.db, cfg.Logger), cfg)
+	client, err := river.NewClient(workers.NewDriver(bundle.db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/internal/pgtest"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -54,7 +53,7 @@ func createPool(t *testing.T, db *pgxpool.Pool, name, queue string, cursor int64
 func insertJobs(t *testing.T, db *pgxpool.Pool, pool, queue string, seqs ...int64) []int64 {
 	t.Helper()
 	ctx := context.Background()
-	client, err := river.NewClient(riverclient.NewDriver(db, nil), &river.Config{})
+	client, err := river.NewClient(workers.NewDriver(db, nil), &river.Config{})
 	require.NoError(t, err)
 	params := make([]river.InsertManyParams, len(seqs))
 	for i, seq := range seqs {

@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
 )
 
 type lockedPool struct {
@@ -51,7 +52,7 @@ type unit struct {
 	event *outbox.Event
 	// group is a group part's args but the events (Events nil); nil for an
 	// event's job.
-	group *bustype.GroupJob
+	group *workers.GroupArgs
 	lane  string
 	late  bool
 	// trace is the trace context of its (first traced) event, copied into

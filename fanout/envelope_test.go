@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/testwait"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // Every job the fan-out writes decodes into its bustype type, strictly (no
@@ -142,7 +143,7 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 				stub := bytes.Contains(args, []byte(`"undeliverable"`))
 				switch {
 				case !grouped && !stub:
-					j := decodeArgs[bustype.EventJob](t, args, what)
+					j := decodeArgs[workers.Args](t, args, what)
 					requireSet(t, reflect.ValueOf(j), what, !j.Late)
 					want := events[j.GlobalSequence]
 					requireEvent(t, want.Event, j.Event, what)
@@ -150,7 +151,7 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 					got = append(got, j.GlobalSequence)
 					seen[shape("event", j.Late)]++
 					if id > sqlFrom && id <= sqlTo && slices.Contains(plainPools, pool) {
-						require.Equal(t, keysOf(t, mustJSON(t, bustype.EventJob{})), keysOf(t, args), what)
+						require.Equal(t, keysOf(t, mustJSON(t, workers.Args{})), keysOf(t, args), what)
 						seen["sql"]++
 					}
 				case !grouped && stub:
@@ -165,7 +166,7 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 					got = append(got, s.GlobalSequence)
 					seen[shape("event stub", s.Late)]++
 				case grouped && !stub:
-					j := decodeArgs[bustype.GroupJob](t, args, what)
+					j := decodeArgs[workers.GroupArgs](t, args, what)
 					requireSet(t, reflect.ValueOf(j), what, !j.Late)
 					first := events[j.Events[0].GlobalSequence]
 					require.Equal(t, first.GlobalSequence, j.GlobalSequence, what)

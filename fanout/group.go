@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/tracing"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // Transaction groups.
@@ -199,7 +200,7 @@ func (b *groupBuilder) add(e *event, undeliverable string) {
 // start opens a part whose first event is seq.
 func (b *groupBuilder) start(seq int64) {
 	b.parts = append(b.parts, &unit{first: seq, seqs: []int64{seq}, lane: b.lane, late: b.late,
-		group: &bustype.GroupJob{GlobalSequence: seq, TransactionID: b.txid, Key: b.key, Late: b.late}})
+		group: &workers.GroupArgs{GlobalSequence: seq, TransactionID: b.txid, Key: b.key, Late: b.late}})
 	b.bytes = 0
 }
 

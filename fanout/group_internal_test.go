@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // An event that can never be delivered is a part of its own, so it alone
@@ -29,7 +29,7 @@ func TestGroupBuilderCutsParts(t *testing.T) {
 	for i, u := range units {
 		got = append(got, u.seqs)
 		require.Equal(t, u.seqs[0], u.first)
-		require.Equal(t, &bustype.GroupJob{GlobalSequence: u.first, TransactionID: "42", Key: "k", Late: true,
+		require.Equal(t, &workers.GroupArgs{GlobalSequence: u.first, TransactionID: "42", Key: "k", Late: true,
 			Part: i + 1, Parts: len(units)}, u.group)
 		require.True(t, u.late)
 	}

@@ -48,7 +48,7 @@ func plainKindOf(p *lockedPool) plainKind {
 
 // sqlPlainBatch is the plain path's statement; the first %s is the type
 // condition.
-// Each job's args are a bustype.EventJob, riversql.EventArgs
+// Each job's args are a workers.Args, riversql.EventArgs
 // (envelope_test.go pins the two together); the job row and River's
 // notification are package riversql's.
 // $1 pool, $2 batch size, $3 whether the pool must have a type filter, $4

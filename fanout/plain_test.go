@@ -12,6 +12,7 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // The plain path (one statement) and the general path (event heads read
@@ -79,9 +80,9 @@ func TestPlainPathMatchesGeneralPath(t *testing.T) {
 			var maxAttempts, priority int
 			var tags []string
 			require.NoError(t, rows.Scan(&args, &queue, &maxAttempts, &priority, &state, &metadata, &tags))
-			// Strictly: no key that bustype.EventJob does not have, and all
+			// Strictly: no key that workers.Args does not have, and all
 			// of its keys (envelope_test.go pins every path and shape).
-			got = append(got, decodeArgs[bustype.EventJob](t, args, pool).Event)
+			got = append(got, decodeArgs[workers.Args](t, args, pool).Event)
 			var raw map[string]json.RawMessage
 			require.NoError(t, json.Unmarshal(args, &raw))
 			require.NotContains(t, raw, "late", pool)

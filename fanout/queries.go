@@ -211,7 +211,7 @@ const (
 	// event, $7 and $8 the bounds of its events in $5, $9 its transaction
 	// (a group's part; NULL for an event's job), $10 the group's key, $11
 	// late, $12 and $13 its part and the number of parts, $14 its state,
-	// $15 its metadata. A group part's args are a bustype.GroupJob.
+	// $15 its metadata. A group part's args are a workers.GroupArgs.
 	//
 	// A group's events are aggregated in the order of a sorted subquery of
 	// their sequences, not with ORDER BY in the aggregate: that would sort

@@ -15,7 +15,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -71,7 +70,7 @@ func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaos
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosGroupedArgs]) error { return nil }))
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosLateOrderedArgs]) error { return nil }))
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosLateGroupedArgs]) error { return nil }))
-	cfg, err := riverclient.Config(riverclient.Opts{Workers: ws, Queues: map[string]int{
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Workers: ws, Queues: map[string]int{
 		bustype.DefaultQueue(chaosGrouped): 20, bustype.DefaultQueue(chaosLateOrdered): 20, bustype.DefaultQueue(chaosLateGrouped): 20,
 	},
 		// The test stands in for the rescuer of killed processes; this
@@ -79,7 +78,7 @@ func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaos
 		// completion: such a job is rescued after this.
 		Config: workers.Config{JobTimeout: 5 * time.Second, RescueStuckJobsAfter: chaosRescueAfter, Logger: slog.New(slog.DiscardHandler)}})
 	require.NoError(t, err)
-	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
+	client, err := river.NewClient(workers.NewDriver(db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

@@ -256,7 +256,7 @@ func setUpChaos(t *testing.T) *chaosRun {
 // the test's own client in the chaos run: riverbus's default margin of a
 // minute beyond the job's timeout (5 s here). A worker reads a big event's
 // payload from the log before the job's timeout starts and gets half that
-// margin for it (riverclient's resolvePayloads): 30 s, as in production.
+// margin for it (resolvePayloads, in package workers): 30 s, as in production.
 // A shorter margin makes the run test something no deployment runs: eight
 // 60 MiB reads at once on two cores, each given up at its bound and begun
 // again, never finished. Jobs then end within 35 s, below chaosStuckAfter,

@@ -21,7 +21,6 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -155,9 +154,9 @@ func setupOrdered(t *testing.T, params bustype.PoolParams, maxWorkers int, rec *
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, rec)
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue(orderedPoolName): maxWorkers}, Workers: ws, Config: workers.Config{Logger: discardLogger()}})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: map[string]int{bustype.DefaultQueue(orderedPoolName): maxWorkers}, Workers: ws, Config: workers.Config{Logger: discardLogger()}})
 	require.NoError(t, err)
-	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
+	client, err := river.NewClient(workers.NewDriver(db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -33,7 +32,7 @@ func TestPauseResumeReset(t *testing.T) {
 	require.False(t, shared)
 	second := appendKeyed(t, b.db, "k", 20)
 	// A job that exists while the pool is paused is not worked either.
-	ins, err := river.NewClient(riverclient.NewDriver(b.db, nil), &river.Config{})
+	ins, err := river.NewClient(workers.NewDriver(b.db, nil), &river.Config{})
 	require.NoError(t, err)
 	_, err = ins.Insert(ctx, orderedArgs{workers.Args{Event: outbox.Event{GlobalSequence: 999_999, Key: "manual", Data: json.RawMessage(`{}`)}}},
 		&river.InsertOpts{Queue: bustype.DefaultQueue(orderedPoolName)})

@@ -25,9 +25,9 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/internal/ui"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // What River UI's buttons and River's client API do to ordered pools'
@@ -73,7 +73,7 @@ func uiActions(t *testing.T, db *pgxpool.Pool) jobActions {
 // clientActions use an insert-only River client, as an application would.
 func clientActions(t *testing.T, db *pgxpool.Pool) jobActions {
 	t.Helper()
-	client, err := river.NewClient(riverclient.NewDriver(db, discardLogger()), &river.Config{Logger: discardLogger()})
+	client, err := river.NewClient(workers.NewDriver(db, discardLogger()), &river.Config{Logger: discardLogger()})
 	require.NoError(t, err)
 	ctx := t.Context()
 	return jobActions{

@@ -123,7 +123,7 @@ func TestWorkerRoleReadsButCannotChangeRetrySchedules(t *testing.T) {
 
 // The rescue trigger's schedule (riverbus_rescue_retry, in
 // sql/current/04_dead_letters.sql) is bustype.RetrySchedule's, which the
-// River retry policy of pool jobs (internal/retry) uses: for every failure
+// River retry policy of pool jobs (package workers) uses: for every failure
 // count, the same delay, and jitter shortens it by the same fraction.
 func TestRescueRetryIsTheGoSchedule(t *testing.T) {
 	t.Parallel()

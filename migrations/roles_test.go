@@ -30,7 +30,6 @@ import (
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -453,9 +452,9 @@ func TestWorkerRole(t *testing.T) {
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &billingWorker{})
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{bustype.DefaultQueue("billing"): 3}, Workers: ws, Config: workers.Config{Logger: logger}})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: map[string]int{bustype.DefaultQueue("billing"): 3}, Workers: ws, Config: workers.Config{Logger: logger}})
 	require.NoError(t, err)
-	client, err := river.NewClient(riverclient.NewDriver(worker, cfg.Logger), cfg)
+	client, err := river.NewClient(workers.NewDriver(worker, cfg.Logger), cfg)
 	require.NoError(t, err)
 	finished, cancelSubscription := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
 	defer cancelSubscription()

@@ -90,8 +90,8 @@ func TestWaitForSequenceWaitsForTheHandler(t *testing.T) {
 	require.NoError(t, err)
 
 	w := &billingWorker{}
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, w, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, w, nil)
 	client := riverbustest.StartClient(t, db, &riverbus.Config{Workers: ws})
 
 	var last int64

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strconv"
 
 	"github.com/google/uuid"
 
@@ -14,26 +15,33 @@ import (
 	"github.com/riverbus/riverbus/outbox"
 )
 
-// Args is what the args of every pool job contain, bustype.EventJob: the
-// event envelope (global_sequence, event_id, type, key, tags, data,
-// metadata, occurred_at) and "late": true for a late event. Embed it in a
+// Args is the args of a pool job of one event: the event's envelope
+// (global_sequence, event_id, type, key, tags, data, metadata, occurred_at,
+// at the top level) and "late": true for a late event. Embed it in a
 // handler's args type, next to a Kind method that returns the pool name:
 //
 //	type BillingArgs struct{ workers.Args }
 //
 //	func (BillingArgs) Kind() string { return "billing" }
 //
-// Late is true when the event committed after the horizon had skipped its
-// sequence on the gap timeout: it is delivered after events with higher
-// sequences. Handlers that depend on order may want to know.
-type Args = bustype.EventJob
+// The fan-out builds it in Go and, for plain pools, in SQL (a test pins the
+// SQL to this type, key for key); its JSON names are a contract, like
+// Event's.
+type Args struct {
+	bustype.Event
 
-// GroupArgs is what the args of a transaction-grouped pool's jobs contain
-// (a pool created with --group transaction), bustype.GroupJob: the events
-// that one application transaction appended after the pool's start point
-// (where it was created from, or last reset to) and that match the pool's
-// filter — with one key, when the pool is key-ordered — in sequence order.
-// Embed it like Args:
+	// Late is true when the event committed after the horizon had skipped
+	// its sequence on the gap timeout: it is delivered after events with
+	// higher sequences. Handlers that depend on order may want to know.
+	// Omitted from the JSON when false.
+	Late bool `json:"late,omitempty"`
+}
+
+// GroupArgs is the args of a job of a transaction-grouped pool (a pool
+// created with --group transaction): the events that one application
+// transaction appended after the pool's start point (where it was created
+// from, or last reset to) and that match the pool's filter — with one key,
+// when the pool is key-ordered — in sequence order. Embed it like Args:
 //
 //	type LedgerArgs struct{ workers.GroupArgs }
 //
@@ -45,7 +53,66 @@ type Args = bustype.EventJob
 // numbered Part (1 to Parts; Last reports the last one). In an ordered pool
 // the parts run one after another, in order; in an unordered one they may
 // run in parallel, like any two jobs.
-type GroupArgs = bustype.GroupJob
+type GroupArgs struct {
+	// GlobalSequence is the sequence of the job's first event.
+	GlobalSequence int64 `json:"global_sequence"`
+	// TransactionID is the appending transaction's id (xid8, as text).
+	TransactionID string `json:"transaction_id"`
+	// Key is the key of the group's first event, in every part (every
+	// event's key, in a key-ordered pool).
+	Key    string          `json:"key"`
+	Events []bustype.Event `json:"events"`
+	// Late is true when the transaction committed after the horizon had
+	// skipped one of its sequences on the gap timeout. Omitted from the
+	// JSON when false.
+	Late bool `json:"late,omitempty"`
+	// Part is this job's part of the group, from 1; Parts is how many
+	// there are (1: the whole group is in this job). Both are 0 in jobs
+	// inserted before groups had parts.
+	Part  int `json:"part"`
+	Parts int `json:"parts"`
+}
+
+// Last reports whether the job holds the last events of its group.
+func (j GroupArgs) Last() bool { return j.Part == j.Parts }
+
+// AppendJSON appends to b the encoding json.Marshal gives j, but with
+// events in place of j.Events: the events already encoded by encoding/json
+// and separated by commas. The fan-out writes a group's jobs this way,
+// encoding each event once, as it is read.
+func (j GroupArgs) AppendJSON(b, events []byte) []byte {
+	b = append(b, `{"global_sequence":`...)
+	b = strconv.AppendInt(b, j.GlobalSequence, 10)
+	b = append(b, `,"transaction_id":`...)
+	b = appendJSONString(b, j.TransactionID)
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, j.Key)
+	b = append(b, `,"events":[`...)
+	b = append(b, events...)
+	b = append(b, ']')
+	if j.Late {
+		b = append(b, `,"late":true`...)
+	}
+	b = append(b, `,"part":`...)
+	b = strconv.AppendInt(b, int64(j.Part), 10)
+	b = append(b, `,"parts":`...)
+	b = strconv.AppendInt(b, int64(j.Parts), 10)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as encoding/json encodes it: printable ASCII
+// but the characters it escapes as is, anything else through it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			enc, _ := json.Marshal(s) // a string always encodes
+			return append(b, enc...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
 
 // DecodeError is returned by Decode and DecodeStrict when an event's data
 // does not fit the target type. It is a plain error on purpose: a worker that

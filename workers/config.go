@@ -43,6 +43,11 @@ const (
 	// stays in river_job (and River UI) for a day.
 	CompletedJobRetentionPeriodDefault = 24 * time.Hour
 	CancelledJobRetentionPeriodDefault = 24 * time.Hour
+
+	// RetryRefreshIntervalDefault is how old a worker process's copy of
+	// the pools' retry schedules may get before it reads them again: a
+	// pool update reaches the retries of every worker process within it.
+	RetryRefreshIntervalDefault = 10 * time.Second
 )
 
 // Config holds the River settings of a riverbus.Client's workers
@@ -92,7 +97,7 @@ type Config struct {
 	// RetryRefreshInterval is how old a worker process's copy of the pools'
 	// retry schedules may get before it reads them again: a `pool update`
 	// of a schedule reaches every worker process's retries within it.
-	// Zero: 10 seconds.
+	// Zero: RetryRefreshIntervalDefault (10 seconds).
 	RetryRefreshInterval time.Duration
 
 	// Logger receives River's logs. Nil: River's default, warnings and

@@ -12,9 +12,12 @@
 // # Sections
 //
 //   - Args: what a pool job carries, and the args type of a handler
+//   - Registry: binding handlers to pools (Add, Registry)
 //   - Decode: the event's data as a Go value
 //   - Exactly once: CompleteTx and RunExactlyOnce
 //   - Client settings: Config
+//   - A River client of your own: RiverConfig, NewDriver
+//   - Big events: SkipPayloads, PayloadRead
 //   - Retries: the pool's schedule, RetryAfter
 //   - Dead letters: what becomes of a job that used up its attempts
 //
@@ -30,6 +33,23 @@
 // job.Args.Key and so on without another query. Late is true for an event
 // that committed after the horizon had given up waiting for it, and was
 // therefore delivered after events with higher sequences.
+//
+// A pool created with --group transaction gets one job per application
+// transaction instead, whose args embed GroupArgs: the transaction's events
+// in sequence order.
+//
+// # Registry
+//
+// A Registry holds the handlers of a riverbus.Client, one per pool. Add
+// binds a handler to the pool its args' Kind names, with AddOpts.MaxWorkers
+// jobs of the pool at once; pass the registry in riverbus.Config.Workers:
+//
+//	reg := workers.NewRegistry()
+//	workers.Add(reg, &BillingWorker{}, &workers.AddOpts{MaxWorkers: 20})
+//	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: reg})
+//
+// The Client's Start binds each pool's River queue and refuses a pool that
+// does not exist or a queue holding pools without a handler here.
 //
 // # Decode
 //
@@ -55,12 +75,31 @@
 // job timeout with prompt rescue, and dead letters kept. Each field of
 // Config documents its default and why.
 //
+// # A River client of your own
+//
+// An application that runs its own River client over pool jobs, rather
+// than a riverbus.Client, builds its river.Config with RiverConfig (the same
+// settings, retry policy, lane hand-off of ordered pools and payload
+// reading a riverbus.Client uses) and its driver with NewDriver, River's
+// pgx driver whose listener acts on a control message only when the
+// database confirms it.
+//
+// # Big events
+//
+// A job of an event whose data and metadata are too big to copy into it
+// holds a reference to the log instead; a hook that RiverConfig installs
+// reads the payload before River decodes the args, so a handler always gets
+// whole events. A worker that reads the events from the log itself (the
+// webhook does) says so with SkipPayloads in its middleware, and takes one
+// of the process's PayloadReadsMax reads of big payloads with PayloadRead.
+//
 // # Retries
 //
 // A failed job is attempted again on its pool's retry schedule
 // (bustype.RetrySchedule, set with `riverbus pool create|update
-// --retry-*`), which the River client of a riverbus.Client applies as its
-// retry policy. A handler that knows better, say from a rate limit's reset
+// --retry-*`), which RiverConfig installs as the River client's retry
+// policy; a `pool update` reaches every worker process within
+// Config.RetryRefreshInterval. A handler that knows better, say from a rate limit's reset
 // time, returns RetryAfter(err, d): the next attempt waits at least d, at
 // most the pool's maximum delay. A handler's own NextRetry method, when it
 // returns a time, wins over both (River's rule).

@@ -6,17 +6,22 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverbus/riverbus/internal/database"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 )
 
-// DB is what the functions of this package need from a database handle:
+// DB is what RunExactlyOnce and RiverOpts need from a database handle:
 // *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it. Given a pgx.Tx, the
 // functions that need a transaction use a savepoint inside it, and nothing is
 // final until the caller commits.
-type DB = database.DB
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
 
 // ErrJobNotRunning is returned by RunExactlyOnce when the job is no longer
 // running the attempt the worker was given: another worker has it (after a

@@ -58,8 +58,8 @@ func Example() {
 	defer drop()
 
 	booked := make(chan string, 1)
-	ws := riverbus.NewWorkers()
-	riverbus.AddWorker(ws, &BillingWorker{db: db, booked: booked}, nil)
+	ws := workers.NewRegistry()
+	workers.Add(ws, &BillingWorker{db: db, booked: booked}, nil)
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)

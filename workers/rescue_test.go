@@ -14,7 +14,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -55,7 +54,7 @@ func TestRescuerRetriesStuckJobsOfPoolsThisClientDoesNotWork(t *testing.T) {
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[paymentArgs]) error { return nil }))
-	jobtest.StartClient(t, db, ws, map[string]int{"payments": 1}, &riverclient.Opts{Config: workers.Config{JobTimeout: time.Second, RescueStuckJobsAfter: 2 * time.Second}})
+	jobtest.StartClient(t, db, ws, map[string]int{"payments": 1}, &workers.RiverOpts{Config: workers.Config{JobTimeout: time.Second, RescueStuckJobsAfter: 2 * time.Second}})
 
 	retried := jobtest.WaitJobState(t, db, withAttemptsLeft, "retryable")
 	require.Equal(t, 1, retried.Attempt)

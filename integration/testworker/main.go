@@ -1,6 +1,6 @@
 // Command testworker is a pool worker process for the integration tests:
 // it works one pool's jobs with a River client configured by
-// riverclient.Config and records what it did in tables the tests read.
+// workers.RiverConfig and records what it did in tables the tests read.
 //
 //	testworker -pool NAME -mode record|projection|ordered [-fail-first-attempt-every N]
 //
@@ -44,7 +44,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -199,18 +198,18 @@ func run(ctx context.Context, concurrency int, rescueAfter time.Duration) error 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &worker{})
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	opts := riverclient.Opts{Queues: map[string]int{queue: concurrency}, Workers: ws, Config: workers.Config{JobTimeout: 5 * time.Second, RescueStuckJobsAfter: rescueAfter, Logger: logger}}
+	opts := workers.RiverOpts{Queues: map[string]int{queue: concurrency}, Workers: ws, Config: workers.Config{JobTimeout: 5 * time.Second, RescueStuckJobsAfter: rescueAfter, Logger: logger}}
 	if ordered {
 		// As a riverbus.Client binds an ordered pool's queue: more River
 		// slots than handlers.
 		opts.Ordered = []string{queue}
 	}
-	cfg, err := riverclient.Config(opts)
+	cfg, err := workers.RiverConfig(opts)
 	if err != nil {
 		return err
 	}
 	cfg.ID = "testworker-" + workerID
-	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
+	client, err := river.NewClient(workers.NewDriver(db, cfg.Logger), cfg)
 	if err != nil {
 		return err
 	}

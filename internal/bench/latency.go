@@ -19,7 +19,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -263,7 +262,7 @@ func latencyRaw(ctx context.Context, e *env, o latencyOpts, n int) (latencySampl
 		return latencySample{}, err
 	}
 	defer stopClient(client)
-	cfg, err := riverclient.Config(riverclient.Opts{Config: workers.Config{Logger: e.quiet}})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Config: workers.Config{Logger: e.quiet}})
 	if err != nil {
 		return latencySample{}, err
 	}
@@ -424,7 +423,7 @@ func (p *probe) startClient(ctx context.Context, e *env, db *pgxpool.Pool, load 
 		river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[loadArgs]) error { return nil }))
 		queues[loadKind] = latencyWorkers
 	}
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: queues, Workers: w, Config: workers.Config{Logger: e.quiet}})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: queues, Workers: w, Config: workers.Config{Logger: e.quiet}})
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/internal/poolmix"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -211,12 +210,12 @@ func idleWorker(ctx context.Context, e *env, n int, fetchPoll time.Duration) (fl
 	}
 	w := river.NewWorkers()
 	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
-	cfg, err := riverclient.Config(riverclient.Opts{Queues: queues, Workers: w, DB: db,
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: queues, Workers: w, DB: db,
 		Config: workers.Config{Logger: e.quiet, FetchPollInterval: fetchPoll}})
 	if err != nil {
 		return 0, err
 	}
-	client, err := river.NewClient(riverclient.NewDriver(db, e.quiet), cfg)
+	client, err := river.NewClient(workers.NewDriver(db, e.quiet), cfg)
 	if err != nil {
 		return 0, err
 	}

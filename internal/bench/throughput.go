@@ -12,7 +12,6 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -269,15 +268,15 @@ type drained struct {
 // drain starts a River client with the recommended settings and a no-op
 // worker, and returns how many jobs per second it completed until all n were
 // completed. ordered: the queue holds an ordered pool, and gets the River
-// slots a riverbus.Client gives such a queue (riverclient.Opts.Ordered).
+// slots a riverbus.Client gives such a queue (workers.RiverOpts.Ordered).
 func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int, ordered bool, stats *statements) (drained, error) {
 	w := river.NewWorkers()
 	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
-	opts := riverclient.Opts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Config: workers.Config{Logger: e.quiet}}
+	opts := workers.RiverOpts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Config: workers.Config{Logger: e.quiet}}
 	if ordered {
 		opts.Ordered = []string{benchKind}
 	}
-	cfg, err := riverclient.Config(opts)
+	cfg, err := workers.RiverConfig(opts)
 	if err != nil {
 		return drained{}, err
 	}

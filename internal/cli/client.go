@@ -14,7 +14,7 @@ import (
 // newClient returns the riverbus client of this process over db, configured
 // from the environment and the flags; ws, when set, are its workers.
 // Every command goes through it: the CLI is flag handling over the client.
-func (a *app) newClient(db *pgxpool.Pool, ws *riverbus.Workers, fanoutDisabled bool) (*riverbus.Client, error) {
+func (a *app) newClient(db *pgxpool.Pool, ws *workers.Registry, fanoutDisabled bool) (*riverbus.Client, error) {
 	return riverbus.NewClient(db, &riverbus.Config{
 		Fanout: fanout.Config{
 			GapTimeout:       a.cfg.GapTimeout,

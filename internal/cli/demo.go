@@ -149,7 +149,7 @@ func (w *auditWorker) Work(ctx context.Context, job *river.Job[auditArgs]) error
 
 // setUpDemo creates the demo pools and projection tables and returns the
 // demo handlers, each bound to its pool.
-func setUpDemo(ctx context.Context, db *pgxpool.Pool) (*riverbus.Workers, error) {
+func setUpDemo(ctx context.Context, db *pgxpool.Pool) (*workers.Registry, error) {
 	client, err := riverbus.NewClient(db, &riverbus.Config{FanoutDisabled: true})
 	if err != nil {
 		return nil, err
@@ -163,12 +163,12 @@ func setUpDemo(ctx context.Context, db *pgxpool.Pool) (*riverbus.Workers, error)
 		CREATE TABLE IF NOT EXISTS riverbus_demo_accounts (key text PRIMARY KEY, last_sequence bigint NOT NULL, events bigint NOT NULL)`); err != nil {
 		return nil, fmt.Errorf("create demo projection: %w", err)
 	}
-	ws := riverbus.NewWorkers()
-	opts := &riverbus.WorkerOpts{MaxWorkers: 20}
-	riverbus.AddWorker(ws, &billingWorker{}, opts)
-	riverbus.AddWorker(ws, &notifyWorker{}, opts)
-	riverbus.AddWorker(ws, &auditWorker{db: db}, opts)
-	riverbus.AddWorker(ws, &accountsWorker{db: db}, opts)
+	ws := workers.NewRegistry()
+	opts := &workers.AddOpts{MaxWorkers: 20}
+	workers.Add(ws, &billingWorker{}, opts)
+	workers.Add(ws, &notifyWorker{}, opts)
+	workers.Add(ws, &auditWorker{db: db}, opts)
+	workers.Add(ws, &accountsWorker{db: db}, opts)
 	return ws, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/riverbustest"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // `pool reset --to N --wait` of a projection whose handler refuses events
@@ -27,8 +28,8 @@ func TestPoolResetWaitReportsDeadLetters(t *testing.T) {
 	db := pgtest.Connect(t, dbURL)
 	jobtest.CreateEventOnceTable(t, db)
 	ok(t, run(t, dbURL, "pool", "create", "ledger", "--max-attempts", "1"))
-	ws := riverbus.NewWorkers()
-	require.NoError(t, riverbus.AddWorkerArgsSafely(ws, jobtest.PoolArgs("ledger"), &jobtest.EventOnce{DB: db}, nil))
+	ws := workers.NewRegistry()
+	require.NoError(t, workers.AddArgsSafely(ws, jobtest.PoolArgs("ledger"), &jobtest.EventOnce{DB: db}, nil))
 	client := riverbustest.StartClient(t, db, &riverbus.Config{Workers: ws})
 	for range 5 {
 		ok(t, run(t, dbURL, "append", "--type", "entry.posted", "--data", `{}`))

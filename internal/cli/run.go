@@ -11,6 +11,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/migrations"
+	"github.com/riverbus/riverbus/workers"
 )
 
 func (a *app) runCommand() *cobra.Command {
@@ -107,7 +108,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		return err
 	}
 	defer flush()
-	var ws *riverbus.Workers
+	var ws *workers.Registry
 	if demo {
 		if ws, err = setUpDemo(ctx, db); err != nil {
 			return err

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
 
@@ -63,9 +63,9 @@ its password and query values masked.`,
 			if err := a.serveProcessMetrics(ctx); err != nil {
 				return err
 			}
-			ws := riverbus.NewWorkers()
+			ws := workers.NewRegistry()
 			if err := webhook.Bind(ws, webhook.Config{Pool: pool, URL: url, Secret: secret, Timeout: timeout, Logger: a.logger},
-				&riverbus.WorkerOpts{MaxWorkers: concurrency}); err != nil {
+				&workers.AddOpts{MaxWorkers: concurrency}); err != nil {
 				return &usageError{cmd: cmd, err: err}
 			}
 			u, err := a.requireURL()

@@ -17,7 +17,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/jobtest"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -132,7 +131,7 @@ func TestDeadLetterRetryAfterRiverCleaner(t *testing.T) {
 	waitDeadLetters(t, bundle.db, "payments", 1)
 	jobtest.StopClient(t, first) // gives up leadership
 
-	jobtest.StartClient(t, bundle.db, ws, map[string]int{"payments": 2}, &riverclient.Opts{Config: workers.Config{DiscardedJobRetentionPeriod: time.Millisecond}})
+	jobtest.StartClient(t, bundle.db, ws, map[string]int{"payments": 2}, &workers.RiverOpts{Config: workers.Config{DiscardedJobRetentionPeriod: time.Millisecond}})
 	testwait.Eventually(t, 30*time.Second, func() bool {
 		_, exists := jobtest.GetJob(t, bundle.db, ids[0])
 		return !exists

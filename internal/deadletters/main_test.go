@@ -14,7 +14,7 @@ import (
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
-	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/workers"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -32,7 +32,7 @@ type testBundle struct {
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	db := pgtest.NewPool(t)
-	client, err := river.NewClient(riverclient.NewDriver(db, jobtest.DiscardLogger), &river.Config{Logger: jobtest.DiscardLogger})
+	client, err := river.NewClient(workers.NewDriver(db, jobtest.DiscardLogger), &river.Config{Logger: jobtest.DiscardLogger})
 	require.NoError(t, err)
 	return context.Background(), &testBundle{db: db, client: client}
 }

@@ -1,7 +1,7 @@
 // Package jobtest holds the helpers that the tests of the job side share
 // (handlers in package workers, dead letters): pools and pool jobs written
 // the way the fan-out writes them, a River client built by
-// riverclient.Config that retries at once, and waiting for a job's state.
+// workers.RiverConfig that retries at once, and waiting for a job's state.
 // Tests only.
 package jobtest
 
@@ -21,7 +21,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -40,7 +39,7 @@ type poolJobArgs struct {
 func (a poolJobArgs) Kind() string { return a.pool }
 
 // PoolArgs are the args of pool's jobs, for binding a handler to a pool
-// chosen at run time (riverbus.AddWorkerArgsSafely).
+// chosen at run time (workers.AddArgsSafely).
 func PoolArgs(pool string) poolJobArgs { return poolJobArgs{pool: pool} }
 
 // EventOnce is a handler for any pool that records each event in table
@@ -102,7 +101,7 @@ func InsertEvents(t testing.TB, db *pgxpool.Pool, pool string, events ...outbox.
 	)
 	require.NoError(t, db.QueryRow(ctx, `SELECT queue, max_attempts, priority FROM riverbus_pool WHERE name = $1`, pool).
 		Scan(&queue, &maxAttempts, &priority))
-	inserter, err := river.NewClient(riverclient.NewDriver(db, DiscardLogger), &river.Config{Logger: DiscardLogger})
+	inserter, err := river.NewClient(workers.NewDriver(db, DiscardLogger), &river.Config{Logger: DiscardLogger})
 	require.NoError(t, err)
 	params := make([]river.InsertManyParams, len(events))
 	for i, ev := range events {
@@ -125,21 +124,21 @@ type soonRetry struct{}
 
 func (soonRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(time.Millisecond) }
 
-// StartClient starts a River client built by riverclient.Config from opts
+// StartClient starts a River client built by workers.RiverConfig from opts
 // (nil: the defaults) with queues and ws, with immediate retries, stopped
 // when the test ends.
-func StartClient(t testing.TB, db *pgxpool.Pool, ws *river.Workers, queues map[string]int, opts *riverclient.Opts) *river.Client[pgx.Tx] {
+func StartClient(t testing.TB, db *pgxpool.Pool, ws *river.Workers, queues map[string]int, opts *workers.RiverOpts) *river.Client[pgx.Tx] {
 	t.Helper()
-	o := riverclient.Opts{}
+	o := workers.RiverOpts{}
 	if opts != nil {
 		o = *opts
 	}
 	o.Queues, o.Workers, o.Logger = queues, ws, DiscardLogger
-	cfg, err := riverclient.Config(o)
+	cfg, err := workers.RiverConfig(o)
 	require.NoError(t, err)
 	cfg.TestOnly = true
 	cfg.RetryPolicy = soonRetry{}
-	client, err := river.NewClient(riverclient.NewDriver(db, cfg.Logger), cfg)
+	client, err := river.NewClient(workers.NewDriver(db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() { StopClient(t, client) })

@@ -23,7 +23,7 @@
 //     as group commit groups WAL writes, so the database hands their
 //     lanes on without waiting for River's batched completer; in queues
 //     of ordered pools, which get twice their River slots, it caps the
-//     handlers running at once (NewHandoff). riverclient.Config
+//     handlers running at once (NewHandoff). workers.RiverConfig
 //     installs it.
 //
 // In the database (migrations, by name):

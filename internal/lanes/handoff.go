@@ -40,7 +40,7 @@ import (
 // slots, and River fetches only as many jobs as it has free slots: with
 // every slot waiting for a flush, a busy ordered queue fetches in small
 // bites while jobs sit available. So a queue of ordered pools gets more
-// River slots than handlers (NewHandoff's limits, riverclient.Config's
+// River slots than handlers (NewHandoff's limits, workers.RiverConfig's
 // Opts.Ordered): its handlers run at most limit at a time, and the extra
 // slots are what flush waits and fetches ahead use. A job fetched ahead
 // waits for a handler slot, in arrival order, and its JobTimeout
@@ -48,7 +48,7 @@ import (
 // client stopping, the timeout), it is snoozed back to available without
 // costing an attempt, keeping its lane.
 //
-// riverclient.Config installs it. Jobs of unordered pools in queues
+// workers.RiverConfig installs it. Jobs of unordered pools in queues
 // without a limit pass through untouched.
 type Handoff struct {
 	river.MiddlewareDefaults
@@ -75,7 +75,7 @@ type handoffJob struct {
 
 // NewHandoff returns a Handoff that runs at most limits[queue] handlers
 // of a queue at once. The caller gives those queues more River slots than
-// that (riverclient.Config gives them OrderedSlotsFactor times as many).
+// that (workers.RiverConfig gives them OrderedSlotsFactor times as many).
 func NewHandoff(limits map[string]int) *Handoff {
 	m := &Handoff{limits: make(map[string]chan struct{}, len(limits))}
 	for queue, n := range limits {

@@ -14,8 +14,8 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/retention"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/riversql"
+	"github.com/riverbus/riverbus/workers"
 	"github.com/riverqueue/river"
 )
 
@@ -269,7 +269,7 @@ func SetStatus(ctx context.Context, db database.DB, name string, status bustype.
 		if _, err := tx.Exec(ctx, riversql.QueueEnsure, pool.Queue); err != nil {
 			return fmt.Errorf("river queue: %w", err)
 		}
-		rc, err := river.NewClient(riverclient.NewDriver(nil, nil), &river.Config{})
+		rc, err := river.NewClient(workers.NewDriver(nil, nil), &river.Config{})
 		if err != nil {
 			return err
 		}

@@ -89,7 +89,7 @@ const PayloadBig = `CASE WHEN pg_column_size(e.data) + pg_column_size(e.metadata
 
 const payloadInlineMaxText = "65536" // PayloadInlineMax; riversql_test.go checks that they agree
 
-// EventArgs is the args of a pool job of one event, a bustype.EventJob
+// EventArgs is the args of a pool job of one event, a workers.Args
 // without late, built by the database from the event's row e: the
 // fan-out's jobs and the rebuilt dead letters (package deadletters) are
 // built with it, so an event's payload never has to leave the database.

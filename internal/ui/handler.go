@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
-	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // PrefixDefault is the default of Opts.Prefix: River UI at the root.
@@ -79,7 +79,7 @@ func NewHandler(ctx context.Context, db *pgxpool.Pool, opts Opts) (*Handler, err
 
 	// Insert-only: no queues, no workers. River UI uses it to read, cancel,
 	// retry and delete jobs.
-	client, err := river.NewClient(riverclient.NewDriver(db, logger), &river.Config{Logger: logger})
+	client, err := river.NewClient(workers.NewDriver(db, logger), &river.Config{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}

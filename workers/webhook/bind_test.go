@@ -15,6 +15,7 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
 
@@ -32,8 +33,8 @@ func TestBindDeliversThroughAClient(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	ws := riverbus.NewWorkers()
-	require.NoError(t, webhook.Bind(ws, webhook.Config{Pool: "Hooks.v2", URL: srv.URL, Logger: discardLogger}, &riverbus.WorkerOpts{MaxWorkers: 2}))
+	ws := workers.NewRegistry()
+	require.NoError(t, webhook.Bind(ws, webhook.Config{Pool: "Hooks.v2", URL: srv.URL, Logger: discardLogger}, &workers.AddOpts{MaxWorkers: 2}))
 	require.Error(t, webhook.Bind(ws, webhook.Config{Pool: "other", URL: "ftp://nowhere"}, nil), "an invalid URL is refused at Bind")
 
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws, Logger: discardLogger})

@@ -24,12 +24,12 @@
 // # Registering
 //
 // Bind(ws, cfg, opts) binds the delivery of pool cfg.Pool to a
-// riverbus.Workers, as riverbus.AddWorker binds a Go handler; a
+// workers.Registry, as workers.Add binds a Go handler; a
 // riverbus.Client started with those workers works the pool's queue:
 //
-//	ws := riverbus.NewWorkers()
+//	ws := workers.NewRegistry()
 //	err := webhook.Bind(ws, webhook.Config{Pool: "billing", URL: "https://billing.internal/events", Secret: secret},
-//		&riverbus.WorkerOpts{MaxWorkers: 10})
+//		&workers.AddOpts{MaxWorkers: 10})
 //	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws})
 //	err = client.Start(ctx)
 //
@@ -47,7 +47,7 @@
 // application/json. The body is the event envelope as riverbus_event holds
 // it: a JSON object with global_sequence, event_id, type, key, tags, data,
 // metadata and occurred_at (RFC 3339), plus "late": true for a late event.
-// A transaction-grouped pool's job is sent as a bustype.GroupJob
+// A transaction-grouped pool's job is sent as a workers.GroupArgs
 // (workers.GroupArgs): global_sequence (its first event's),
 // transaction_id, key, events (each an envelope as the log holds it), part
 // and parts. The envelopes' text is PostgreSQL's jsonb output, so key order,

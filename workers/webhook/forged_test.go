@@ -18,6 +18,7 @@ import (
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/testwait"
+	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
 
@@ -166,7 +167,7 @@ func TestGroupDeliveredAsTheLogHoldsIt(t *testing.T) {
 	}, "the group's job")
 	waitJobState(t, b.db, jobID, rivertype.JobStateCompleted)
 
-	var group bustype.GroupJob
+	var group workers.GroupArgs
 	var d delivery
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		for _, got := range rcv.deliveries() {

@@ -21,7 +21,6 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -62,7 +61,7 @@ type setupOpts struct {
 }
 
 // setup gives a fresh database with pool "hooks" of maxAttempts, a started
-// River client from riverclient.Config with the webhook of cfg (its Pool
+// River client from workers.RiverConfig with the webhook of cfg (its Pool
 // set to "hooks") and fast retries, and a fan-out to turn events into jobs.
 func setup(t *testing.T, maxAttempts int, cfg webhook.Config) *testBundle {
 	t.Helper()
@@ -95,11 +94,11 @@ func setupWith(t *testing.T, opts setupOpts) *testBundle {
 		queues[q] = 2
 	}
 	riverLogger := cmp.Or(opts.RiverLogger, discardLogger)
-	rc, err := riverclient.Config(riverclient.Opts{Queues: queues, Workers: ws, Config: workers.Config{Logger: riverLogger}})
+	rc, err := workers.RiverConfig(workers.RiverOpts{Queues: queues, Workers: ws, Config: workers.Config{Logger: riverLogger}})
 	require.NoError(t, err)
 	rc.RetryPolicy = fastRetry{}
 	rc.TestOnly = true
-	client, err := river.NewClient(riverclient.NewDriver(workDB, rc.Logger), rc)
+	client, err := river.NewClient(workers.NewDriver(workDB, rc.Logger), rc)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

@@ -17,6 +17,7 @@ import (
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/riverbustest"
+	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
 )
 
@@ -62,7 +63,7 @@ func TestRetryAfterWithinThePoolsMaxDelay(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
 
-	ws := riverbus.NewWorkers()
+	ws := workers.NewRegistry()
 	require.NoError(t, webhook.Bind(ws, webhook.Config{Pool: pool, URL: rcv.URL, Logger: discardLogger}, nil))
 	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: pool, MaxAttempts: 10,
 		Retry: bustype.RetrySchedule{Base: 10 * time.Second, Factor: 2, MaxDelay: 5 * time.Minute, Jitter: -1}})

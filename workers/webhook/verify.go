@@ -16,7 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/riverclient"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // A job row is not evidence: any riverbus_worker login may insert or
@@ -28,12 +28,12 @@ import (
 // dead letter at once, with the reason as its error (docs/security.md,
 // "Who may do what").
 
-// claim is what a job's args say: one event (bustype.EventJob) or a
-// transaction group's events, or part of them (bustype.GroupJob).
+// claim is what a job's args say: one event (workers.Args) or a
+// transaction group's events, or part of them (workers.GroupArgs).
 type claim struct {
 	group  bool
 	events []claimedEvent
-	// Of a group: the rest of bustype.GroupJob.
+	// Of a group: the rest of workers.GroupArgs.
 	sequence      int64
 	transactionID string
 	key           string
@@ -64,7 +64,7 @@ func parseClaim(args []byte) (*claim, error) {
 	}
 	var raws []json.RawMessage
 	if events, ok := fields["events"]; ok {
-		var g bustype.GroupJob
+		var g workers.GroupArgs
 		var gr struct {
 			Events []json.RawMessage `json:"events"`
 		}
@@ -141,7 +141,7 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 	}
 	if bytes.Contains(job.EncodedArgs, []byte(`"payload_in_log"`)) {
 		// The envelope of a big event is rebuilt from the log: one of the
-		// process's few big reads at once (riverclient.PayloadRead), so
+		// process's few big reads at once (workers.PayloadRead), so
 		// the deliveries' memory does not follow --concurrency. Waiting
 		// for one takes at most the delivery's own Timeout (without one,
 		// half of what is left of the job's time).
@@ -152,7 +152,7 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 				wait = time.Until(deadline) / 2
 			}
 		}
-		release, err := riverclient.PayloadRead(ctx, wait)
+		release, err := workers.PayloadRead(ctx, wait)
 		if err != nil {
 			return nil, uuid.Nil, err
 		}
@@ -213,7 +213,7 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 		}
 		events = append(events, env...)
 	}
-	g := bustype.GroupJob{GlobalSequence: c.sequence, TransactionID: c.transactionID, Key: c.key, Late: c.late, Part: c.part, Parts: c.parts}
+	g := workers.GroupArgs{GlobalSequence: c.sequence, TransactionID: c.transactionID, Key: c.key, Late: c.late, Part: c.part, Parts: c.parts}
 	return g.AppendJSON(nil, events), c.events[0].EventID, nil
 }
 

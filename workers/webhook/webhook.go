@@ -24,7 +24,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/riverbus/riverbus/internal/redact"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/riversql"
 	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
@@ -69,7 +68,7 @@ type Config struct {
 	// Timeout bounds one delivery: connecting, sending, and receiving the
 	// response headers and the part of the body that is read. Zero:
 	// TimeoutDefault (10s). -1: no timeout of its own. Either way the River
-	// client's JobTimeout (riverclient.Opts.JobTimeout, one minute by
+	// client's JobTimeout (workers.RiverOpts.JobTimeout, one minute by
 	// default) also applies, so keep Timeout below it.
 	Timeout time.Duration
 
@@ -123,7 +122,7 @@ func (e *StatusError) Error() string {
 // River registers workers by Go type, each type with a fixed Kind; the pool
 // name is only known at run time, so Register uses river.AddWorkerArgs with
 // an args value whose Kind is the pool name. River decodes every job of the
-// kind into the same type, workers.Args (bustype.EventJob).
+// kind into the same type, workers.Args.
 func Register(ws *river.Workers, cfg Config) (err error) {
 	if ws == nil {
 		return errors.New("register webhook: workers is nil")
@@ -239,7 +238,7 @@ func (w *worker) Middleware(*rivertype.JobRow) []rivertype.WorkerMiddleware {
 type argsAsStored struct{ river.MiddlewareDefaults }
 
 func (*argsAsStored) Work(ctx context.Context, _ *rivertype.JobRow, doInner func(context.Context) error) error {
-	return doInner(riverclient.SkipPayloads(ctx))
+	return doInner(workers.SkipPayloads(ctx))
 }
 
 // Work delivers the event (or transaction group) the job names as

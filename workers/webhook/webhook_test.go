@@ -19,7 +19,6 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/workers"
 	"github.com/riverbus/riverbus/workers/webhook"
@@ -351,7 +350,7 @@ func TestDeliveryOfABigEvent(t *testing.T) {
 }
 
 // A big event's envelope is read with one of the process's few big reads
-// (riverclient.PayloadRead), which every client and webhook in the process
+// (workers.PayloadRead), which every client and webhook in the process
 // share: while they are all taken the delivery is snoozed, not attempted
 // (no request, no attempt used), and it goes out once one is free. Not
 // parallel: it takes the process's reads from the other tests.
@@ -361,8 +360,8 @@ func TestBigDeliveriesShareTheProcessReads(t *testing.T) {
 	b := setupWith(t, setupOpts{Webhook: webhook.Config{URL: rcv.URL, Secret: []byte("0123456789abcdef0123456789abcdef"), Timeout: 2 * time.Second}})
 
 	var releases []func()
-	for range riverclient.PayloadReadsMax {
-		release, err := riverclient.PayloadRead(ctx, time.Second)
+	for range workers.PayloadReadsMax {
+		release, err := workers.PayloadRead(ctx, time.Second)
 		require.NoError(t, err)
 		releases = append(releases, sync.OnceFunc(release))
 		t.Cleanup(releases[len(releases)-1])

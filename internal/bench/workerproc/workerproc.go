@@ -1,7 +1,7 @@
 // Package workerproc is a worker process of the scale-out benchmark
 // (internal/bench), run as the hidden subcommand workerproc of
 // riverbus-bench, which the bench starts by re-executing its own binary: a
-// River client with riverbus's worker settings (internal/riverclient, as a
+// River client with riverbus's worker settings (workers.RiverConfig, as a
 // riverbus.Client with workers uses) and a no-op worker for one pool's jobs,
 // against DATABASE_URL. It prints "ready" once the client is built and
 // connected, starts the client when a line arrives on stdin, works jobs until
@@ -27,7 +27,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -98,7 +97,7 @@ func run(maxWorkers int, conns int32, timeout time.Duration, stdin io.Reader, st
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[args]) error { return nil }))
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rcfg, err := riverclient.Config(riverclient.Opts{
+	rcfg, err := workers.RiverConfig(workers.RiverOpts{
 		Queues: map[string]int{bustype.DefaultQueue(pool): maxWorkers}, Workers: ws, Config: workers.Config{Logger: logger},
 	})
 	if err != nil {

@@ -1,13 +1,4 @@
-// Package riverclient builds the River client configuration of riverbus's
-// workers from a workers.Config: riverbus's defaults (workers.Config
-// documents each and why), the queues a riverbus.Client derives from its
-// pools, the lane hand-off middleware ordered pools need, the retry
-// policy that follows each pool's retry schedule (internal/retry), the
-// middleware that masks the credentials of URLs in job errors
-// (internal/redact), the hook that gives jobs of big events their
-// payloads from the log (resolvePayloads), and, with a tracer provider, River's otelriver
-// middleware continuing each event's trace (internal/tracing).
-package riverclient
+package workers
 
 import (
 	"context"
@@ -19,19 +10,16 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/redact"
-	"github.com/riverbus/riverbus/internal/retry"
 	"github.com/riverbus/riverbus/internal/tracing"
-	"github.com/riverbus/riverbus/workers"
 )
 
-// Opts are the settings Config turns into a river.Config, for
+// RiverOpts are the settings RiverConfig turns into a river.Config, for
 // an application that runs its own River client over pool jobs instead of a
 // riverbus.Client (which binds queues to pools itself). Zero fields get the
 // defaults documented on Config.
-type Opts struct {
+type RiverOpts struct {
 	// Queues maps each River queue this client works to the most jobs it
 	// works from that queue at the same time (River's
 	// QueueConfig.MaxWorkers, 1 to river.QueueNumWorkersMax). A pool's jobs
@@ -51,18 +39,23 @@ type Opts struct {
 
 	// DB is where the pools' retry schedules are read. Nil: River's
 	// default retry policy (a client that only inserts needs none).
-	DB database.DB
+	DB DB
 
 	// Config holds the settings; zero fields get riverbus's defaults.
-	workers.Config
+	Config
 }
 
-// Config returns the river.Config riverbus recommends for a client
-// that works pool jobs, built from opts. The caller may change the result
-// further (Middleware, ...) before river.NewClient; a RetryPolicy of its own
-// replaces the pools' schedules. The error
-// names the field of opts that is not valid.
-func Config(opts Opts) (*river.Config, error) {
+// RiverConfig returns the river.Config riverbus recommends for a client
+// that works pool jobs, built from opts: riverbus's defaults (Config
+// documents each and why), the queues, the lane hand-off middleware
+// ordered pools need, the retry policy that follows each pool's retry
+// schedule, middleware that masks the credentials of URLs in job errors,
+// the hook that gives jobs of big events their payloads from the log, and,
+// with a tracer provider, River's otelriver middleware continuing each
+// event's trace. The caller may change the result further (Middleware,
+// ...) before river.NewClient; a RetryPolicy of its own replaces the
+// pools' schedules. The error names the field of opts that is not valid.
+func RiverConfig(opts RiverOpts) (*river.Config, error) {
 	cfg := &river.Config{
 		FetchCooldown:               opts.FetchCooldown,
 		FetchPollInterval:           opts.FetchPollInterval,
@@ -77,20 +70,20 @@ func Config(opts Opts) (*river.Config, error) {
 
 	switch {
 	case cfg.FetchCooldown == 0:
-		cfg.FetchCooldown = workers.FetchCooldownDefault
+		cfg.FetchCooldown = FetchCooldownDefault
 	case cfg.FetchCooldown < river.FetchCooldownMin:
 		return nil, fmt.Errorf("FetchCooldown must be at least %s, got %s", river.FetchCooldownMin, cfg.FetchCooldown)
 	}
 	switch {
 	case cfg.FetchPollInterval == 0:
-		cfg.FetchPollInterval = max(workers.FetchPollIntervalDefault, cfg.FetchCooldown)
+		cfg.FetchPollInterval = max(FetchPollIntervalDefault, cfg.FetchCooldown)
 	case cfg.FetchPollInterval < cfg.FetchCooldown:
 		return nil, fmt.Errorf("FetchPollInterval must be at least FetchCooldown (%s), got %s", cfg.FetchCooldown, cfg.FetchPollInterval)
 	}
 
 	switch {
 	case cfg.JobTimeout == 0:
-		cfg.JobTimeout = workers.JobTimeoutDefault
+		cfg.JobTimeout = JobTimeoutDefault
 	case cfg.JobTimeout < -1:
 		return nil, fmt.Errorf("JobTimeout must be positive or -1 (no timeout), got %s", cfg.JobTimeout)
 	}
@@ -98,9 +91,9 @@ func Config(opts Opts) (*river.Config, error) {
 	case cfg.RescueStuckJobsAfter < 0:
 		return nil, fmt.Errorf("RescueStuckJobsAfter must be positive, got %s", cfg.RescueStuckJobsAfter)
 	case cfg.RescueStuckJobsAfter == 0 && cfg.JobTimeout == -1:
-		cfg.RescueStuckJobsAfter = workers.RescueStuckJobsAfterNoTimeoutDefault
+		cfg.RescueStuckJobsAfter = RescueStuckJobsAfterNoTimeoutDefault
 	case cfg.RescueStuckJobsAfter == 0:
-		cfg.RescueStuckJobsAfter = cfg.JobTimeout + workers.RescueMarginDefault
+		cfg.RescueStuckJobsAfter = cfg.JobTimeout + RescueMarginDefault
 	case cfg.RescueStuckJobsAfter <= cfg.JobTimeout:
 		return nil, fmt.Errorf("RescueStuckJobsAfter must be longer than JobTimeout (%s), got %s", cfg.JobTimeout, cfg.RescueStuckJobsAfter)
 	}
@@ -114,13 +107,13 @@ func Config(opts Opts) (*river.Config, error) {
 
 	switch {
 	case cfg.CompletedJobRetentionPeriod == 0:
-		cfg.CompletedJobRetentionPeriod = workers.CompletedJobRetentionPeriodDefault
+		cfg.CompletedJobRetentionPeriod = CompletedJobRetentionPeriodDefault
 	case cfg.CompletedJobRetentionPeriod < -1:
 		return nil, fmt.Errorf("CompletedJobRetentionPeriod must be positive or -1 (keep forever), got %s", cfg.CompletedJobRetentionPeriod)
 	}
 	switch {
 	case cfg.CancelledJobRetentionPeriod == 0:
-		cfg.CancelledJobRetentionPeriod = workers.CancelledJobRetentionPeriodDefault
+		cfg.CancelledJobRetentionPeriod = CancelledJobRetentionPeriodDefault
 	case cfg.CancelledJobRetentionPeriod < -1:
 		return nil, fmt.Errorf("CancelledJobRetentionPeriod must be positive or -1 (keep forever), got %s", cfg.CancelledJobRetentionPeriod)
 	}
@@ -160,7 +153,7 @@ func Config(opts Opts) (*river.Config, error) {
 
 	// Failed jobs retry on their pool's schedule. The policy is made even
 	// without a DB, so a bad RetryRefreshInterval is reported either way.
-	policy, err := retry.New(opts.DB, &retry.Config{RefreshInterval: opts.RetryRefreshInterval, Logger: opts.Logger})
+	policy, err := newRetryPolicy(opts.DB, &retryPolicyConfig{RefreshInterval: opts.RetryRefreshInterval, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package riverclient
+package workers
 
 import (
 	"log/slog"
@@ -27,9 +27,23 @@ type Driver struct {
 	logger *slog.Logger
 }
 
-// NewDriver returns a Driver over db. Nil logger: slog.Default(). A nil db
-// gives a driver that can only run statements in the caller's transactions
-// (riverpgxv5.New(nil)).
+// NewDriver returns a Driver over db: the River driver riverbus's own River
+// clients use, for an application that builds a River client of its own
+// over pool jobs (or over any queue it shares a database with riverbus):
+//
+//	rc, err := river.NewClient(workers.NewDriver(dbPool, logger), cfg)
+//
+// With riverpgxv5.New instead, any login of the database could end the
+// client's running jobs cancelled and pause its queues (docs/security.md).
+// Every few seconds the listener also passes on river_queue's state and the
+// cancel requests of running jobs, so a message lost on the way takes
+// effect all the same. Build db with riverbus.ConfigurePool, so that a
+// DBA's limits on the database's sessions cannot cut River's fetches and
+// completions short.
+//
+// Nil logger: slog.Default(). It logs, at most every few seconds, how many
+// messages it dropped. A nil db gives a driver for the caller's
+// transactions only, as riverpgxv5.New(nil) does.
 func NewDriver(db *pgxpool.Pool, logger *slog.Logger) *Driver {
 	if logger == nil {
 		logger = slog.Default()

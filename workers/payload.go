@@ -1,4 +1,4 @@
-package riverclient
+package workers
 
 import (
 	"bytes"
@@ -74,7 +74,7 @@ var payloadReads = make(chan struct{}, PayloadReadsMax)
 
 // PayloadRead waits up to wait for one of the process's PayloadReadsMax
 // big-payload reads, and returns the function that gives it back. When all
-// stay taken it returns River's snooze (PayloadSnooze), which retries the
+// stay taken it returns River's snooze (payloadSnooze), which retries the
 // job without using an attempt, here or in another process; when ctx ends
 // first, ctx's error.
 func PayloadRead(ctx context.Context, wait time.Duration) (release func(), err error) {
@@ -88,15 +88,15 @@ func acquireRead(ctx context.Context, reads chan struct{}, wait time.Duration) (
 	case reads <- struct{}{}:
 		return func() { <-reads }, nil
 	case <-timer.C:
-		return nil, river.JobSnooze(PayloadSnooze)
+		return nil, river.JobSnooze(payloadSnooze)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-// PayloadSnooze is how long a job waits, without using an attempt, when
+// payloadSnooze is how long a job waits, without using an attempt, when
 // PayloadReadsMax reads were in flight for half its budget.
-const PayloadSnooze = 2 * time.Second
+const payloadSnooze = 2 * time.Second
 
 // newResolvePayloads returns the hook for a client whose jobs may run for
 // jobTimeout (-1: unbounded) and are rescued after rescueAfter.

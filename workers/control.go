@@ -1,4 +1,4 @@
-package riverclient
+package workers
 
 import (
 	"context"
@@ -36,7 +36,7 @@ const (
 )
 
 const (
-	// ControlReconcileInterval is how often the listener passes on the
+	// controlReconcileInterval is how often the listener passes on the
 	// state river_queue holds for every queue, and the cancel requests of
 	// running jobs it has not passed on yet: a pause or resume lost
 	// anywhere, and a cancel lost before its check (the listener was
@@ -44,19 +44,19 @@ const (
 	// take effect within this interval, where River's own poll takes a
 	// minute. A confirmed cancel that River's notifier then drops (its
 	// buffer full of other messages) waits for River's poll.
-	ControlReconcileInterval = 5 * time.Second
+	controlReconcileInterval = 5 * time.Second
 
-	// ControlPendingMax is how many control messages may wait for their
+	// controlPendingMax is how many control messages may wait for their
 	// check. Beyond it (a neighbour spraying faster than the checks run)
 	// messages are dropped: a real one then takes effect at the next
 	// reconcile.
-	ControlPendingMax = 10_000
+	controlPendingMax = 10_000
 
-	// ResignIntervalMin is the least time between two resign requests the
+	// resignIntervalMin is the least time between two resign requests the
 	// listener passes on. A resign request has nothing in the database to
 	// check it against, and one repeated would keep River's maintenance
 	// (the scheduler that makes retries due, the rescuer) from running.
-	ResignIntervalMin = time.Minute
+	resignIntervalMin = time.Minute
 
 	controlBatchMax  = 1_000  // messages checked with one pair of statements
 	reconcileListMax = 10_000 // queues, and running jobs with a cancel request, one reconcile reads
@@ -91,7 +91,7 @@ type leadershipMessage struct {
 // producer fetch sooner (a fetch takes only what the database holds), and
 // a leader's "resigned" only makes the others try the election, which the
 // database decides. A resign request passes at most once per
-// ResignIntervalMin.
+// resignIntervalMin.
 //
 // River's notifier calls WaitForNotification from one goroutine at a time
 // and cancels its context to run LISTEN, UNLISTEN or a ping on the
@@ -131,8 +131,8 @@ func newControlListener(inner riverdriver.Listener, exec riverdriver.Executor, s
 		exec:          exec,
 		schema:        schema,
 		logger:        logger,
-		pending:       make(chan controlMessage, ControlPendingMax),
-		checked:       make(chan *riverdriver.Notification, ControlPendingMax),
+		pending:       make(chan controlMessage, controlPendingMax),
+		checked:       make(chan *riverdriver.Notification, controlPendingMax),
 		passedCancels: map[int64]struct{}{},
 	}
 }
@@ -269,7 +269,7 @@ func (l *controlListener) sort(n *riverdriver.Notification) *riverdriver.Notific
 		if err := json.Unmarshal([]byte(n.Payload), &msg); err != nil || msg.Action != actionRequestResign {
 			return n
 		}
-		if now := time.Now(); now.Sub(l.lastResign) >= ResignIntervalMin {
+		if now := time.Now(); now.Sub(l.lastResign) >= resignIntervalMin {
 			l.lastResign = now
 			return n
 		}
@@ -281,7 +281,7 @@ func (l *controlListener) sort(n *riverdriver.Notification) *riverdriver.Notific
 
 func (l *controlListener) runChecker(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	ticker := time.NewTicker(ControlReconcileInterval)
+	ticker := time.NewTicker(controlReconcileInterval)
 	defer ticker.Stop()
 	// Messages sent while the listener was not connected never arrive.
 	l.reconcile(ctx)

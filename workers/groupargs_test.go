@@ -1,4 +1,4 @@
-package bustype_test
+package workers_test
 
 import (
 	"bytes"
@@ -10,10 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/workers"
 )
 
-// GroupJob.AppendJSON, which the fan-out writes a group's jobs with, gives
-// byte for byte what json.Marshal gives the same GroupJob.
+// GroupArgs.AppendJSON, which the fan-out writes a group's jobs with, gives
+// byte for byte what json.Marshal gives the same GroupArgs.
 func FuzzGroupJobAppendJSON(f *testing.F) {
 	f.Add(int64(42), "757", "k1", false, 1, 1, 0)
 	f.Add(int64(1), "9", "", true, 2, 3, 2)
@@ -31,7 +32,7 @@ func FuzzGroupJobAppendJSON(f *testing.F) {
 			require.NoError(t, err)
 			enc = append(enc, e)
 		}
-		j := bustype.GroupJob{GlobalSequence: seq, TransactionID: txid, Key: key, Events: events, Late: late, Part: part, Parts: parts}
+		j := workers.GroupArgs{GlobalSequence: seq, TransactionID: txid, Key: key, Events: events, Late: late, Part: part, Parts: parts}
 		want, err := json.Marshal(j)
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(j.AppendJSON(nil, bytes.Join(enc, []byte(",")))))

@@ -1,4 +1,4 @@
-package retry_test
+package workers_test
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/retry"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -35,7 +34,7 @@ func (c *clock) Advance(d time.Duration) {
 type testBundle struct {
 	db     *pgxpool.Pool
 	clock  *clock
-	policy *retry.Policy
+	policy *workers.RetryPolicy
 	rand   float64 // what the policy's RandFunc returns
 }
 
@@ -45,7 +44,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	b := &testBundle{db: pgtest.NewPool(t), clock: &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
 	var err error
-	b.policy, err = retry.New(b.db, &retry.Config{
+	b.policy, err = workers.NewRetryPolicy(b.db, &workers.RetryPolicyConfig{
 		TimeNowFunc: b.clock.Now,
 		RandFunc:    func() float64 { return b.rand },
 		Logger:      slog.New(slog.DiscardHandler),
@@ -129,7 +128,7 @@ func TestJitterBoundsWithRealRandom(t *testing.T) {
 	db := pgtest.NewPool(t)
 	createPool(t, db, "hooks", bustype.RetrySchedule{Base: 10 * time.Second, MaxDelay: 10 * time.Second, Jitter: 0.5})
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	policy, err := retry.New(db, &retry.Config{TimeNowFunc: func() time.Time { return now }})
+	policy, err := workers.NewRetryPolicy(db, &workers.RetryPolicyConfig{TimeNowFunc: func() time.Time { return now }})
 	require.NoError(t, err)
 	seen := map[time.Duration]bool{}
 	for range 200 {
@@ -151,7 +150,7 @@ func TestPoolUpdateTakesEffectWithinTheRefreshInterval(t *testing.T) {
 		Name: "hooks", Update: true, Retry: bustype.RetrySchedule{Base: 7 * time.Second, Jitter: -1},
 	})
 	require.NoError(t, err)
-	b.clock.Advance(retry.RefreshIntervalDefault - time.Millisecond)
+	b.clock.Advance(workers.RetryRefreshIntervalDefault - time.Millisecond)
 	require.Equal(t, time.Second, b.delays("hooks", 1)[0], "the copy read before is still young")
 	b.clock.Advance(time.Millisecond)
 	require.Equal(t, 7*time.Second, b.delays("hooks", 1)[0], "read again once RefreshInterval old")
@@ -177,7 +176,7 @@ func TestUnknownKindGetsRiversDefault(t *testing.T) {
 
 // work runs job through the policy's middleware with a handler returning
 // err, as River does before it asks NextRetry.
-func work(t *testing.T, p *retry.Policy, job *rivertype.JobRow, err error) {
+func work(t *testing.T, p *workers.RetryPolicy, job *rivertype.JobRow, err error) {
 	t.Helper()
 	mw, ok := p.Middleware().(rivertype.WorkerMiddleware)
 	require.True(t, ok)
@@ -238,7 +237,7 @@ func TestFailedReadKeepsTheSchedulesReadBefore(t *testing.T) {
 
 	_, err := b.db.Exec(ctx, `ALTER TABLE riverbus_pool RENAME COLUMN retry_base TO retry_base_gone`)
 	require.NoError(t, err)
-	b.clock.Advance(retry.RefreshIntervalDefault)
+	b.clock.Advance(workers.RetryRefreshIntervalDefault)
 	require.Equal(t, 5*time.Second, b.delays("hooks", 1)[0], "the read fails: the schedule read before")
 
 	_, err = b.db.Exec(ctx, `ALTER TABLE riverbus_pool RENAME COLUMN retry_base_gone TO retry_base;
@@ -252,6 +251,6 @@ func TestFailedReadKeepsTheSchedulesReadBefore(t *testing.T) {
 
 func TestConfigRefreshInterval(t *testing.T) {
 	t.Parallel()
-	_, err := retry.New(nil, &retry.Config{RefreshInterval: -time.Second})
+	_, err := workers.NewRetryPolicy(nil, &workers.RetryPolicyConfig{RefreshInterval: -time.Second})
 	require.EqualError(t, err, "RetryRefreshInterval must be positive, got -1s")
 }

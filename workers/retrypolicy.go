@@ -1,4 +1,4 @@
-package retry
+package workers
 
 import (
 	"context"
@@ -14,20 +14,14 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/bustype"
-	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/health"
-	"github.com/riverbus/riverbus/workers"
 )
 
-// Defaults and bounds of Config.
+// Bounds of retryPolicy; its refresh interval's default is
+// RetryRefreshIntervalDefault, beside Config.RetryRefreshInterval.
 const (
-	// RefreshIntervalDefault is how old the pools' schedules may get before
-	// Policy reads them again: a pool update reaches the retries of every
-	// worker process within it.
-	RefreshIntervalDefault = 10 * time.Second
-
 	// missRefreshAfter is how old the schedules must be before a job of a
-	// kind Policy does not know makes it read them again (a pool created
+	// kind retryPolicy does not know makes it read them again (a pool created
 	// since), so a stream of non-pool jobs costs at most a query a second.
 	missRefreshAfter = time.Second
 
@@ -42,10 +36,10 @@ const (
 	hintMaxAge   = time.Minute
 )
 
-// Config holds Policy's settings; zero fields get the defaults.
-type Config struct {
+// retryPolicyConfig holds retryPolicy's settings; zero fields get the defaults.
+type retryPolicyConfig struct {
 	// RefreshInterval is how old the pools' schedules may get before they
-	// are read again. Zero: RefreshIntervalDefault.
+	// are read again. Zero: RetryRefreshIntervalDefault.
 	RefreshInterval time.Duration
 	// Logger receives a warning when the schedules cannot be read. Nil:
 	// slog.Default().
@@ -57,10 +51,33 @@ type Config struct {
 	RandFunc func() float64
 }
 
-// Policy is a river.ClientRetryPolicy that schedules each pool job's next
+// retryPolicy is the River retry policy of pool jobs: a failed job of a
+// pool is attempted again on the pool's retry schedule
+// (bustype.RetrySchedule, stored with the pool since migration 014), for Go
+// handlers and webhook workers alike. It is River's own hook,
+// river.Config.RetryPolicy, which RiverConfig installs with the
+// middleware that passes a handler's RetryAfterError on to it.
+//
+// A job's kind is its pool's name. retryPolicy keeps the schedules of every pool
+// in memory and reads them again when they are older than the refresh
+// interval, so a `pool update` reaches every worker process within it. A
+// kind that is no pool (a job of the application's own inserted into a
+// pool's queue) gets River's default policy, attempt⁴ seconds. A worker's
+// own NextRetry, when it returns a time, still wins: River asks the client's
+// policy only when the worker has none.
+//
+// A handler that returns a RetryAfterError (a webhook answered with
+// a Retry-After header does) has its next attempt wait the longer of that
+// delay and the schedule's, never beyond the pool's MaxDelay. River hands
+// the policy only the job's row, as it was fetched: the attempt's error is
+// not in it yet. So the middleware notes the delay, by job id and attempt,
+// when the handler returns, and NextRetry, which River calls right after in
+// the same goroutine, takes it.
+//
+// It is a river.ClientRetryPolicy that schedules each pool job's next
 // attempt by its pool's retry schedule. Safe for concurrent use.
-type Policy struct {
-	db       database.DB
+type retryPolicy struct {
+	db       DB
 	refresh  time.Duration
 	logger   *slog.Logger
 	now      func() time.Time
@@ -97,16 +114,16 @@ type hint struct {
 	at      time.Time
 }
 
-// New returns a Policy that reads the pools' schedules from db. It returns
+// newRetryPolicy returns a retryPolicy that reads the pools' schedules from db. It returns
 // an error naming the field of cfg that is not valid.
-func New(db database.DB, cfg *Config) (*Policy, error) {
-	var c Config
+func newRetryPolicy(db DB, cfg *retryPolicyConfig) (*retryPolicy, error) {
+	var c retryPolicyConfig
 	if cfg != nil {
 		c = *cfg
 	}
 	switch {
 	case c.RefreshInterval == 0:
-		c.RefreshInterval = RefreshIntervalDefault
+		c.RefreshInterval = RetryRefreshIntervalDefault
 	case c.RefreshInterval < 0:
 		return nil, fmt.Errorf("RetryRefreshInterval must be positive, got %s", c.RefreshInterval)
 	}
@@ -119,7 +136,7 @@ func New(db database.DB, cfg *Config) (*Policy, error) {
 	if c.RandFunc == nil {
 		c.RandFunc = rand.Float64
 	}
-	return &Policy{
+	return &retryPolicy{
 		db: db, refresh: c.RefreshInterval, logger: c.Logger, now: c.TimeNowFunc, rand: c.RandFunc,
 		fallback: &river.DefaultClientRetryPolicy{}, hints: map[int64]hint{},
 	}, nil
@@ -130,7 +147,7 @@ func New(db database.DB, cfg *Config) (*Policy, error) {
 // counts, so snoozes do not count), or the Retry-After its handler asked
 // for when that is longer, at most the pool's MaxDelay. A job whose kind is
 // no pool gets River's default.
-func (p *Policy) NextRetry(job *rivertype.JobRow) time.Time {
+func (p *retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
 	now := p.now()
 	after, hinted := p.takeHint(job)
 	s, ok := p.schedule(job.Kind, now)
@@ -146,11 +163,11 @@ func (p *Policy) NextRetry(job *rivertype.JobRow) time.Time {
 
 // Schedule returns the schedule in force for pool, as NextRetry sees it,
 // and false when pool is not known.
-func (p *Policy) Schedule(pool string) (bustype.RetrySchedule, bool) {
+func (p *retryPolicy) Schedule(pool string) (bustype.RetrySchedule, bool) {
 	return p.schedule(pool, p.now())
 }
 
-func (p *Policy) schedule(kind string, now time.Time) (bustype.RetrySchedule, bool) {
+func (p *retryPolicy) schedule(kind string, now time.Time) (bustype.RetrySchedule, bool) {
 	snap := p.snap.Load()
 	if snap == nil {
 		snap = p.load(now, p.refresh)
@@ -167,7 +184,7 @@ func (p *Policy) schedule(kind string, now time.Time) (bustype.RetrySchedule, bo
 
 // load reads the schedules unless another caller did while this one waited
 // (the snapshot is then younger than maxAge), and returns the snapshot.
-func (p *Policy) load(now time.Time, maxAge time.Duration) *snapshot {
+func (p *retryPolicy) load(now time.Time, maxAge time.Duration) *snapshot {
 	p.loadMu.Lock()
 	defer p.loadMu.Unlock()
 	old := p.snap.Load()
@@ -194,7 +211,7 @@ func (p *Policy) load(now time.Time, maxAge time.Duration) *snapshot {
 
 const sqlSchedules = `SELECT name, retry_base, retry_factor, retry_max_delay, retry_jitter FROM riverbus_pool`
 
-func readSchedules(ctx context.Context, db database.DB) (map[string]bustype.RetrySchedule, error) {
+func readSchedules(ctx context.Context, db DB) (map[string]bustype.RetrySchedule, error) {
 	rows, err := db.Query(ctx, sqlSchedules)
 	if err != nil {
 		return nil, err
@@ -211,7 +228,7 @@ func readSchedules(ctx context.Context, db database.DB) (map[string]bustype.Retr
 	return out, err
 }
 
-func (p *Policy) noteHint(job *rivertype.JobRow, delay time.Duration) {
+func (p *retryPolicy) noteHint(job *rivertype.JobRow, delay time.Duration) {
 	now := p.now()
 	p.hintMu.Lock()
 	defer p.hintMu.Unlock()
@@ -225,7 +242,7 @@ func (p *Policy) noteHint(job *rivertype.JobRow, delay time.Duration) {
 	p.hints[job.ID] = hint{attempt: job.Attempt, delay: delay, at: now}
 }
 
-func (p *Policy) takeHint(job *rivertype.JobRow) (time.Duration, bool) {
+func (p *retryPolicy) takeHint(job *rivertype.JobRow) (time.Duration, bool) {
 	p.hintMu.Lock()
 	defer p.hintMu.Unlock()
 	h, ok := p.hints[job.ID]
@@ -237,18 +254,18 @@ func (p *Policy) takeHint(job *rivertype.JobRow) (time.Duration, bool) {
 }
 
 // Middleware returns the River worker middleware that notes the delay of a
-// handler's workers.RetryAfterError for NextRetry. Install it with the
-// policy (riverclient.Config does).
-func (p *Policy) Middleware() rivertype.Middleware { return &hintMiddleware{policy: p} }
+// handler's RetryAfterError for NextRetry. Install it with the
+// policy (RiverConfig does).
+func (p *retryPolicy) Middleware() rivertype.Middleware { return &hintMiddleware{policy: p} }
 
 type hintMiddleware struct {
 	river.MiddlewareDefaults
-	policy *Policy
+	policy *retryPolicy
 }
 
 func (m *hintMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 	err := doInner(ctx)
-	if delay, ok := workers.RetryAfterOf(err); ok && job.Attempt < job.MaxAttempts {
+	if delay, ok := RetryAfterOf(err); ok && job.Attempt < job.MaxAttempts {
 		m.policy.noteHint(job, delay)
 	}
 	return err

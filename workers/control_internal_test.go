@@ -1,4 +1,4 @@
-package riverclient
+package workers
 
 import (
 	"log/slog"
@@ -11,7 +11,7 @@ import (
 
 // TestListenerSortsByTopic: control messages go to the checker, never
 // straight to River; a resign request passes at most once per
-// ResignIntervalMin; everything else passes as it arrived.
+// resignIntervalMin; everything else passes as it arrived.
 func TestListenerSortsByTopic(t *testing.T) {
 	t.Parallel()
 	l := newControlListener(nil, nil, "", slog.New(slog.DiscardHandler))
@@ -25,9 +25,9 @@ func TestListenerSortsByTopic(t *testing.T) {
 	resign := &riverdriver.Notification{Topic: topicLeadership, Payload: `{"action":"request_resign"}`}
 	require.Same(t, resign, l.sort(resign), "the first resign request passes")
 	for range 10 {
-		require.Nil(t, l.sort(resign), "a resign request within ResignIntervalMin of the last is dropped")
+		require.Nil(t, l.sort(resign), "a resign request within resignIntervalMin of the last is dropped")
 	}
-	l.lastResign = time.Now().Add(-ResignIntervalMin)
+	l.lastResign = time.Now().Add(-resignIntervalMin)
 	require.Same(t, resign, l.sort(resign))
 
 	for _, n := range []*riverdriver.Notification{

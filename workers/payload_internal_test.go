@@ -1,4 +1,4 @@
-package riverclient
+package workers
 
 import (
 	"context"
@@ -96,7 +96,7 @@ func TestResolvePayloadsReadsAtMostPayloadReadsMax(t *testing.T) {
 		err := <-errs
 		var snooze *rivertype.JobSnoozeError
 		require.ErrorAs(t, err, &snooze, "a job beyond the reads in flight is snoozed")
-		require.Equal(t, PayloadSnooze, snooze.Duration)
+		require.Equal(t, payloadSnooze, snooze.Duration)
 	}
 	require.Equal(t, int32(PayloadReadsMax), most.Load(), "reads in flight at once")
 	close(release)

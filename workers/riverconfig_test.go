@@ -1,4 +1,4 @@
-package riverclient_test
+package workers_test
 
 import (
 	"context"
@@ -17,8 +17,6 @@ import (
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
-	"github.com/riverbus/riverbus/internal/retry"
-	"github.com/riverbus/riverbus/internal/riverclient"
 	"github.com/riverbus/riverbus/internal/tracing"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -35,7 +33,7 @@ func TestConfig(t *testing.T) {
 
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{"billing": 50, "audit": 5}, Workers: ws})
+		cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: map[string]int{"billing": 50, "audit": 5}, Workers: ws})
 		require.NoError(t, err)
 		require.Equal(t, time.Millisecond, cfg.FetchCooldown)
 		require.Equal(t, 100*time.Millisecond, cfg.FetchPollInterval)
@@ -55,14 +53,14 @@ func TestConfig(t *testing.T) {
 
 	t.Run("OrderedQueuesGetMoreSlots", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := riverclient.Config(riverclient.Opts{Queues: map[string]int{"billing": 50, "audit": 6000}, Ordered: []string{"billing", "audit"}, Workers: ws})
+		cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: map[string]int{"billing": 50, "audit": 6000}, Ordered: []string{"billing", "audit"}, Workers: ws})
 		require.NoError(t, err)
 		require.Equal(t, map[string]river.QueueConfig{"billing": {MaxWorkers: 100}, "audit": {MaxWorkers: 10_000}}, cfg.Queues)
 	})
 
 	t.Run("Overrides", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := riverclient.Config(riverclient.Opts{Config: workers.Config{FetchCooldown: 2 * time.Millisecond, FetchPollInterval: time.Second, JobTimeout: 10 * time.Second, DiscardedJobRetentionPeriod: 24 * time.Hour,
+		cfg, err := workers.RiverConfig(workers.RiverOpts{Config: workers.Config{FetchCooldown: 2 * time.Millisecond, FetchPollInterval: time.Second, JobTimeout: 10 * time.Second, DiscardedJobRetentionPeriod: 24 * time.Hour,
 			CompletedJobRetentionPeriod: time.Hour, CancelledJobRetentionPeriod: -1}})
 		require.NoError(t, err)
 		require.Equal(t, 2*time.Millisecond, cfg.FetchCooldown)
@@ -74,12 +72,12 @@ func TestConfig(t *testing.T) {
 		require.Equal(t, time.Duration(-1), cfg.CancelledJobRetentionPeriod)
 		require.Nil(t, cfg.Queues, "no queues: an insert-only client")
 
-		cfg, err = riverclient.Config(riverclient.Opts{Config: workers.Config{JobTimeout: -1}})
+		cfg, err = workers.RiverConfig(workers.RiverOpts{Config: workers.Config{JobTimeout: -1}})
 		require.NoError(t, err)
 		require.Equal(t, time.Duration(-1), cfg.JobTimeout)
 		require.Equal(t, time.Hour, cfg.RescueStuckJobsAfter)
 
-		cfg, err = riverclient.Config(riverclient.Opts{Config: workers.Config{FetchCooldown: 200 * time.Millisecond}})
+		cfg, err = workers.RiverConfig(workers.RiverOpts{Config: workers.Config{FetchCooldown: 200 * time.Millisecond}})
 		require.NoError(t, err)
 		require.Equal(t, 200*time.Millisecond, cfg.FetchPollInterval, "the default poll interval is never below the cooldown")
 		_, err = river.NewClient(riverpgxv5.New(nil), cfg)
@@ -88,28 +86,28 @@ func TestConfig(t *testing.T) {
 
 	for _, tt := range []struct {
 		name string
-		opts riverclient.Opts
+		opts workers.RiverOpts
 		want string
 	}{
-		{"FetchCooldownNegative", riverclient.Opts{Config: workers.Config{FetchCooldown: -time.Millisecond}}, "FetchCooldown must be at least 1ms, got -1ms"},
-		{"FetchCooldownTooShort", riverclient.Opts{Config: workers.Config{FetchCooldown: time.Microsecond}}, "FetchCooldown must be at least 1ms, got 1µs"},
-		{"FetchPollIntervalBelowCooldown", riverclient.Opts{Config: workers.Config{FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 2 * time.Millisecond}}, "FetchPollInterval must be at least FetchCooldown (5ms), got 2ms"},
-		{"JobTimeoutNegative", riverclient.Opts{Config: workers.Config{JobTimeout: -2 * time.Second}}, "JobTimeout must be positive or -1 (no timeout), got -2s"},
-		{"RescueNegative", riverclient.Opts{Config: workers.Config{RescueStuckJobsAfter: -time.Second}}, "RescueStuckJobsAfter must be positive, got -1s"},
-		{"RescueNotAfterTimeout", riverclient.Opts{Config: workers.Config{JobTimeout: time.Minute, RescueStuckJobsAfter: time.Minute}}, "RescueStuckJobsAfter must be longer than JobTimeout (1m0s), got 1m0s"},
-		{"DiscardedRetentionNegative", riverclient.Opts{Config: workers.Config{DiscardedJobRetentionPeriod: -time.Hour}}, "DiscardedJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
-		{"CompletedRetentionNegative", riverclient.Opts{Config: workers.Config{CompletedJobRetentionPeriod: -2}}, "CompletedJobRetentionPeriod must be positive or -1 (keep forever), got -2ns"},
-		{"CancelledRetentionNegative", riverclient.Opts{Config: workers.Config{CancelledJobRetentionPeriod: -time.Hour}}, "CancelledJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
-		{"RetryRefreshNegative", riverclient.Opts{Config: workers.Config{RetryRefreshInterval: -time.Second}}, "RetryRefreshInterval must be positive, got -1s"},
-		{"QueuesWithoutWorkers", riverclient.Opts{Queues: map[string]int{"billing": 1}}, "Workers must be set when Queues is not empty"},
-		{"QueueEmptyName", riverclient.Opts{Queues: map[string]int{"": 1}, Workers: ws}, "Queues must not have an empty queue name"},
-		{"QueueZeroWorkers", riverclient.Opts{Queues: map[string]int{"billing": 0}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 0`},
-		{"OrderedUnknownQueue", riverclient.Opts{Queues: map[string]int{"billing": 5}, Ordered: []string{"audit"}, Workers: ws}, `Ordered names queue "audit", which is not in Queues`},
-		{"QueueTooManyWorkers", riverclient.Opts{Queues: map[string]int{"billing": 10_001}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 10001`},
+		{"FetchCooldownNegative", workers.RiverOpts{Config: workers.Config{FetchCooldown: -time.Millisecond}}, "FetchCooldown must be at least 1ms, got -1ms"},
+		{"FetchCooldownTooShort", workers.RiverOpts{Config: workers.Config{FetchCooldown: time.Microsecond}}, "FetchCooldown must be at least 1ms, got 1µs"},
+		{"FetchPollIntervalBelowCooldown", workers.RiverOpts{Config: workers.Config{FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 2 * time.Millisecond}}, "FetchPollInterval must be at least FetchCooldown (5ms), got 2ms"},
+		{"JobTimeoutNegative", workers.RiverOpts{Config: workers.Config{JobTimeout: -2 * time.Second}}, "JobTimeout must be positive or -1 (no timeout), got -2s"},
+		{"RescueNegative", workers.RiverOpts{Config: workers.Config{RescueStuckJobsAfter: -time.Second}}, "RescueStuckJobsAfter must be positive, got -1s"},
+		{"RescueNotAfterTimeout", workers.RiverOpts{Config: workers.Config{JobTimeout: time.Minute, RescueStuckJobsAfter: time.Minute}}, "RescueStuckJobsAfter must be longer than JobTimeout (1m0s), got 1m0s"},
+		{"DiscardedRetentionNegative", workers.RiverOpts{Config: workers.Config{DiscardedJobRetentionPeriod: -time.Hour}}, "DiscardedJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
+		{"CompletedRetentionNegative", workers.RiverOpts{Config: workers.Config{CompletedJobRetentionPeriod: -2}}, "CompletedJobRetentionPeriod must be positive or -1 (keep forever), got -2ns"},
+		{"CancelledRetentionNegative", workers.RiverOpts{Config: workers.Config{CancelledJobRetentionPeriod: -time.Hour}}, "CancelledJobRetentionPeriod must be positive or -1 (keep forever), got -1h0m0s"},
+		{"RetryRefreshNegative", workers.RiverOpts{Config: workers.Config{RetryRefreshInterval: -time.Second}}, "RetryRefreshInterval must be positive, got -1s"},
+		{"QueuesWithoutWorkers", workers.RiverOpts{Queues: map[string]int{"billing": 1}}, "Workers must be set when Queues is not empty"},
+		{"QueueEmptyName", workers.RiverOpts{Queues: map[string]int{"": 1}, Workers: ws}, "Queues must not have an empty queue name"},
+		{"QueueZeroWorkers", workers.RiverOpts{Queues: map[string]int{"billing": 0}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 0`},
+		{"OrderedUnknownQueue", workers.RiverOpts{Queues: map[string]int{"billing": 5}, Ordered: []string{"audit"}, Workers: ws}, `Ordered names queue "audit", which is not in Queues`},
+		{"QueueTooManyWorkers", workers.RiverOpts{Queues: map[string]int{"billing": 10_001}, Workers: ws}, `Queues["billing"] (MaxWorkers) must be between 1 and 10000, got 10001`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := riverclient.Config(tt.opts)
+			cfg, err := workers.RiverConfig(tt.opts)
 			require.EqualError(t, err, tt.want)
 			require.Nil(t, cfg)
 		})
@@ -121,9 +119,9 @@ func TestConfig(t *testing.T) {
 func TestConfigInstallsThePoolsRetryPolicy(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
-	cfg, err := riverclient.Config(riverclient.Opts{DB: db})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{DB: db})
 	require.NoError(t, err)
-	policy, ok := cfg.RetryPolicy.(*retry.Policy)
+	policy, ok := cfg.RetryPolicy.(*workers.RetryPolicy)
 	require.True(t, ok, "RetryPolicy is %T", cfg.RetryPolicy)
 	require.Len(t, cfg.Middleware, 3, "lane hand-off, Retry-After and masking URLs in errors")
 	require.Len(t, cfg.Hooks, 1, "reading big payloads")
@@ -141,14 +139,14 @@ func TestConfigInstallsThePoolsRetryPolicy(t *testing.T) {
 // Without one, neither is installed.
 func TestConfigInstallsTracing(t *testing.T) {
 	t.Parallel()
-	cfg, err := riverclient.Config(riverclient.Opts{})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{})
 	require.NoError(t, err)
 	for _, m := range cfg.Middleware {
 		_, isContinue := m.(*tracing.Continue)
 		_, isOtel := m.(*otelriver.Middleware)
 		require.False(t, isContinue || isOtel, "no tracing middleware without a provider")
 	}
-	cfg, err = riverclient.Config(riverclient.Opts{Config: workers.Config{TracerProvider: sdktrace.NewTracerProvider()}})
+	cfg, err = workers.RiverConfig(workers.RiverOpts{Config: workers.Config{TracerProvider: sdktrace.NewTracerProvider()}})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(cfg.Middleware), 2)
 	require.IsType(t, &tracing.Continue{}, cfg.Middleware[0])
@@ -156,8 +154,6 @@ func TestConfigInstallsTracing(t *testing.T) {
 	_, err = river.NewClient(riverpgxv5.New(nil), cfg)
 	require.NoError(t, err)
 }
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // A River producer takes an error ending in "conn closed" from its
 // subscription for its client stopping, and returns without fetching while
@@ -169,7 +165,7 @@ func TestListenerLostWhileSubscribingIsNoShutdown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
-	l := riverclient.NewDriver(db, slog.New(slog.DiscardHandler)).GetListener(&riverdriver.GetListenenerParams{})
+	l := workers.NewDriver(db, slog.New(slog.DiscardHandler)).GetListener(&riverdriver.GetListenenerParams{})
 	require.NoError(t, l.Connect(ctx))
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	// The listener holds one of the pool's sessions: end every other one.

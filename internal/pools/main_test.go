@@ -1,4 +1,4 @@
-package retry_test
+package pools_test
 
 import (
 	"testing"
