@@ -6,7 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/config"
+	"github.com/riverbus/riverbus/workers"
 )
 
 func TestLoadDefaults(t *testing.T) {
@@ -121,4 +124,31 @@ func TestLoadIgnoresUnprefixedVariables(t *testing.T) {
 	t.Setenv("RIVERBUS_BATCH_SIZE", "many")
 	_, err = config.Load()
 	require.ErrorContains(t, err, `invalid RIVERBUS_BATCH_SIZE="many"`)
+}
+
+// The environment's defaults are the ones the Go configuration applies
+// beside its fields (fanout.Config, workers.Config, riverbus.Config): a
+// process configured only by RIVERBUS_ variables runs as a Client given a
+// zero Config. envconfig needs its defaults as tag text, so this test is
+// what keeps the two in step.
+func TestEnvDefaultsAreTheGoDefaults(t *testing.T) {
+	for _, s := range config.Settings() {
+		t.Setenv(config.Prefix+"_"+s.Env, "")
+		os.Unsetenv(config.Prefix + "_" + s.Env)
+	}
+	c, err := config.Load()
+	require.NoError(t, err)
+	require.Equal(t, fanout.GapTimeoutDefault, c.GapTimeout)
+	require.Equal(t, fanout.GapCheckIntervalDefault, c.GapCheckInterval)
+	require.Equal(t, fanout.PollIntervalDefault, c.PollInterval)
+	require.Equal(t, fanout.BatchSizeDefault, c.BatchSize)
+	require.Equal(t, fanout.BatchBytesDefault, c.BatchBytes)
+	require.Equal(t, fanout.WorkersDefault, c.FanoutWorkers)
+	require.Equal(t, riverbus.RetentionIntervalDefault, c.RetentionInterval)
+	require.Equal(t, workers.CompletedJobRetentionPeriodDefault, c.CompletedJobRetention)
+	require.Equal(t, workers.CancelledJobRetentionPeriodDefault, c.CancelledJobRetention)
+	require.Equal(t, workers.FetchPollIntervalDefault, c.FetchPollInterval)
+	// 0 is "forever" in the environment, -1 in workers.Config (River's
+	// encoding), which is its default.
+	require.Zero(t, c.DiscardedJobRetention)
 }
