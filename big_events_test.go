@@ -41,16 +41,16 @@ func (bigGroupedArgs) Kind() string { return "big-grouped" }
 // payloadRecorder records the events its handlers got, whole, by sequence.
 type payloadRecorder struct {
 	mu     sync.Mutex
-	events map[string]map[int64]bustype.Event
+	events map[string]map[int64]outbox.Event
 	calls  map[string]int
 }
 
-func (r *payloadRecorder) add(pool string, events ...bustype.Event) {
+func (r *payloadRecorder) add(pool string, events ...outbox.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls[pool]++
 	if r.events[pool] == nil {
-		r.events[pool] = map[int64]bustype.Event{}
+		r.events[pool] = map[int64]outbox.Event{}
 	}
 	for _, e := range events {
 		r.events[pool][e.GlobalSequence] = e
@@ -89,7 +89,7 @@ func TestBigEventsTravelByReference(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	rec := &payloadRecorder{events: map[string]map[int64]bustype.Event{}, calls: map[string]int{}}
+	rec := &payloadRecorder{events: map[string]map[int64]outbox.Event{}, calls: map[string]int{}}
 	ws := workers.NewRegistry()
 	workers.Add(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigPlainArgs]) error {
 		rec.add("big-plain", job.Args.Event)
@@ -238,7 +238,7 @@ func TestBigEventReadGivesWayBeforeRescue(t *testing.T) {
 	_, err = lock.Exec(ctx, `LOCK TABLE riverbus_event IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
 
-	rec := &payloadRecorder{events: map[string]map[int64]bustype.Event{}, calls: map[string]int{}}
+	rec := &payloadRecorder{events: map[string]map[int64]outbox.Event{}, calls: map[string]int{}}
 	ws := workers.NewRegistry()
 	workers.Add(ws, river.WorkFunc(func(_ context.Context, job *river.Job[bigSlowArgs]) error {
 		rec.add("big-slow", job.Args.Event)

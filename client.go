@@ -34,11 +34,6 @@ import (
 // schema, or has an older version of it than this build needs.
 var ErrNotMigrated = errors.New("riverbus: the database is not migrated")
 
-// SchemaTooNewError is returned by Start, and by Err once a started Client
-// stopped on its own, when the schema needs newer code than this build: a
-// newer build migrated the database (docs/operations.md, "Upgrading riverbus").
-type SchemaTooNewError = migrations.SchemaTooNewError
-
 // Client runs riverbus in a process (Start, Stop) and is the operator API
 // over its database. It is safe for concurrent use.
 type Client struct {
@@ -128,9 +123,9 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 // Start checks the database and the workers' pools, then runs the fan-out
 // services and the workers in the background until Stop. It returns an
 // error, and runs nothing, when the database is not migrated
-// (ErrNotMigrated), when its schema needs newer code (*SchemaTooNewError:
+// (ErrNotMigrated), when its schema needs newer code (*migrations.SchemaTooNewError:
 // a newer build migrated it), when the pool's sessions are limited below
-// what riverbus needs (a *SessionLimitError: see ConfigurePool), when a pool
+// what riverbus needs (a *bustype.SessionLimitError: see ConfigurePool), when a pool
 // with a worker does not exist, or when a River queue the workers would
 // fetch from holds a pool without a worker (its jobs would fail as unknown
 // kinds). A database outage after Start is logged and retried, never
@@ -299,7 +294,7 @@ func (c *Client) haltOnGate(ctx context.Context, stopped <-chan struct{}) {
 	_ = c.Stop(ctx)
 }
 
-// Err returns why the Client stopped on its own: a *SchemaTooNewError
+// Err returns why the Client stopped on its own: a *migrations.SchemaTooNewError
 // once the schema needs newer code than this build (a newer build
 // migrated the database while it ran), or nil.
 func (c *Client) Err() error { return c.gate.Err() }

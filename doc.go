@@ -25,7 +25,7 @@
 // the role's sessions (ALTER DATABASE … SET statement_timeout): it gives
 // every connection riverbus's own statement, lock and idle-in-transaction
 // limits, and Start refuses a pool whose sessions are limited below them
-// (*SessionLimitError).
+// (*bustype.SessionLimitError).
 //
 // # Behind a connection pooler
 //
@@ -53,6 +53,8 @@
 // test, and a wait for a pool to reach a sequence. This package's examples
 // run that way.
 //
-// The vocabulary (events, pools and their settings, envelopes, errors) is in
-// package bustype; docs/design.md in the repository explains the guarantees.
+// Each concept has one home: the event is outbox.Event, a pool job's args
+// workers.Args, a checkpoint checkpoint.Status; the rest of the vocabulary
+// (pools and their settings, dead letters, errors) is in package bustype.
+// docs/design.md in the repository explains the guarantees.
 package riverbus

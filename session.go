@@ -36,8 +36,3 @@ import (
 func ConfigurePool(cfg *pgxpool.Config) {
 	cfg.AfterConnect = database.ServiceSession.AfterConnect(cfg.AfterConnect)
 }
-
-// SessionLimitError is Client.Start's error for a pool whose sessions limit
-// statements, lock waits or idle transactions below what riverbus needs; it
-// names the setting, its value and where it was set.
-type SessionLimitError = database.SessionLimitError

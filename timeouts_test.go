@@ -167,7 +167,7 @@ func TestStartRefusesSessionsLimitedBelowRiverbus(t *testing.T) {
 		if err == nil {
 			require.NoError(t, client.Stop(ctx))
 		}
-		var limitErr *riverbus.SessionLimitError
+		var limitErr *bustype.SessionLimitError
 		require.ErrorAs(t, err, &limitErr, "workers: %t", withWorkers)
 		require.Equal(t, "idle_in_transaction_session_timeout", limitErr.Setting)
 		require.Equal(t, "20ms", limitErr.Value)
@@ -227,7 +227,7 @@ func TestStartRefusesARoleLimitedBelowRiverbus(t *testing.T) {
 	if err == nil {
 		require.NoError(t, client.Stop(ctx))
 	}
-	var limitErr *riverbus.SessionLimitError
+	var limitErr *bustype.SessionLimitError
 	require.ErrorAs(t, err, &limitErr)
 	require.Equal(t, "statement_timeout", limitErr.Setting)
 	require.Equal(t, "30s", limitErr.Value)

@@ -90,7 +90,7 @@ func TestClientStopsDeliveringWhenTheSchemaNeedsNewerCode(t *testing.T) {
 
 	require.Equal(t, code+1, pgtest.MigrateNewer(t, b.db))
 	waitStopped(t, old)
-	want := &riverbus.SchemaTooNewError{Schema: code + 1, Needs: code + 1, Code: code}
+	want := &migrations.SchemaTooNewError{Schema: code + 1, Needs: code + 1, Code: code}
 	require.Equal(t, want, old.Err())
 	require.EqualError(t, old.Err(), fmt.Sprintf("riverbus schema version %d is newer than this code knows (%d): replace this process with a build that knows schema version %d",
 		code+1, code, code+1))
@@ -102,7 +102,7 @@ func TestClientStopsDeliveringWhenTheSchemaNeedsNewerCode(t *testing.T) {
 	again, err := riverbus.NewClient(b.db, nil)
 	require.NoError(t, err)
 	err = again.Start(ctx)
-	var tooNew *riverbus.SchemaTooNewError
+	var tooNew *migrations.SchemaTooNewError
 	require.ErrorAs(t, err, &tooNew)
 	require.Equal(t, want, tooNew)
 
@@ -170,7 +170,7 @@ func TestWorkersStopWhenTheSchemaNeedsNewerCode(t *testing.T) {
 
 	require.Equal(t, code+1, pgtest.MigrateNewer(t, b.db))
 	waitStopped(t, old)
-	require.Equal(t, &riverbus.SchemaTooNewError{Schema: code + 1, Needs: code + 1, Code: code}, old.Err())
+	require.Equal(t, &migrations.SchemaTooNewError{Schema: code + 1, Needs: code + 1, Code: code}, old.Err())
 
 	next, err := riverbus.NewClient(b.db, riverbus.WithSchemaCode(riverbus.Config{Fanout: fanout.Config{PollInterval: 50 * time.Millisecond}}, code+1))
 	require.NoError(t, err)

@@ -1,8 +1,9 @@
 // Package bustype holds riverbus's vocabulary: the types that the client
 // (package riverbus), the producer side (package outbox), handlers (package
-// workers) and webhooks share — events, pools and their settings, the
-// stubs of job args, dead letters — and the errors they return. Checkpoints
-// have their own package, checkpoint.
+// workers) and webhooks share — pools and their settings, the stubs of job
+// args, dead letters — and the errors they return. The event is
+// outbox.Event, the args of a pool job workers.Args; checkpoints have their
+// own package, checkpoint.
 //
 // It is a leaf package, like River's rivertype: it imports neither River nor
 // pgx, so any package can use it without pulling in the engine (outbox, the
@@ -12,7 +13,6 @@
 //
 // # Sections
 //
-//   - Events: Event
 //   - Pools: Pool, PoolParams, StartPosition, RetrySchedule and the typed settings
 //   - Dead letters: DeadLetter, DeadLetterListParams, DeadLetterRetryResult
 //   - Errors: the sentinels every operation wraps

@@ -3,6 +3,7 @@ package bustype
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -77,3 +78,44 @@ func (e *StartBeyondLogError) Error() string {
 
 // Unwrap returns ErrInvalidPool.
 func (e *StartBeyondLogError) Unwrap() error { return ErrInvalidPool }
+
+// SessionLimitError is riverbus.Client.Start's error for a pool whose
+// sessions limit statements, lock waits or idle transactions below what
+// riverbus's statements may need; it names the setting, its value and
+// where it was set (see riverbus.ConfigurePool).
+type SessionLimitError struct {
+	// Setting is the setting's name ("statement_timeout").
+	Setting string
+	// Value is the session's value, as SHOW prints it ("30ms").
+	Value string
+	// Source is where the value came from, as pg_settings says: "database"
+	// (ALTER DATABASE … SET), "user" (ALTER ROLE … SET), "database user",
+	// "configuration file", "session" (SET, or the connection's options).
+	Source string
+	// Need is riverbus's own value.
+	Need time.Duration
+}
+
+func (e *SessionLimitError) Error() string {
+	need := "the " + e.Need.String()
+	if e.Need == 0 {
+		need = "no limit, which"
+	}
+	return fmt.Sprintf("the pool's sessions run with %s = %s (set by %s), less than %s riverbus's statements may need: configure the pool with riverbus.ConfigurePool before pgxpool.NewWithConfig, which sets riverbus's limits on each connection (they override ALTER DATABASE and ALTER ROLE settings)",
+		e.Setting, e.Value, describeSource(e.Source), need)
+}
+
+func describeSource(source string) string {
+	switch source {
+	case "database":
+		return "ALTER DATABASE … SET"
+	case "user":
+		return "ALTER ROLE … SET"
+	case "database user":
+		return "ALTER ROLE … IN DATABASE … SET"
+	case "session", "client":
+		return "the connection (SET, or its options)"
+	default:
+		return "the server's " + source
+	}
+}

@@ -139,17 +139,21 @@ type Pool struct {
 	UpdatedAt           time.Time `json:"updated_at"`
 }
 
-// Matches reports whether the pool's type and tag filters let e through.
-func (p *Pool) Matches(e Event) bool { return FilterMatches(p.EventTypes, p.Tags, e) }
+// Matches reports whether the pool's type and tag filters let an event of
+// type eventType with tags eventTags through.
+func (p *Pool) Matches(eventType string, eventTags []string) bool {
+	return FilterMatches(p.EventTypes, p.Tags, eventType, eventTags)
+}
 
-// FilterMatches reports whether an event of e's type and tags passes a
-// filter of types (empty: any) and tags (every one must be on the event).
-func FilterMatches(types, tags []string, e Event) bool {
-	if len(types) > 0 && !slices.Contains(types, e.Type) {
+// FilterMatches reports whether an event of type eventType with tags
+// eventTags passes a filter of types (empty: any) and tags (every one must
+// be on the event).
+func FilterMatches(types, tags []string, eventType string, eventTags []string) bool {
+	if len(types) > 0 && !slices.Contains(types, eventType) {
 		return false
 	}
 	for _, t := range tags {
-		if !slices.Contains(e.Tags, t) {
+		if !slices.Contains(eventTags, t) {
 			return false
 		}
 	}

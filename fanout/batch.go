@@ -297,7 +297,7 @@ func (f *Fanout) units(ctx context.Context, tx pgx.Tx, p *lockedPool, events []e
 func (p *lockedPool) lane(key string) string { return lanes.Of(p.ordering, key) }
 
 func (p *lockedPool) matches(e outbox.Event) bool {
-	return bustype.FilterMatches(p.eventTypes, p.tags, e)
+	return bustype.FilterMatches(p.eventTypes, p.tags, e.Type, e.Tags)
 }
 
 func cmpInt64(a, b int64) int {

@@ -19,6 +19,7 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/deadletters"
 	"github.com/riverbus/riverbus/internal/testwait"
+	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -206,7 +207,7 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 			// Every matching event, once; every shape of the pool's kind.
 			var want []int64
 			for seq, e := range events {
-				if bustype.FilterMatches(params.EventTypes, params.Tags, e.Event) {
+				if bustype.FilterMatches(params.EventTypes, params.Tags, e.Type, e.Tags) {
 					want = append(want, seq)
 				}
 			}
@@ -278,7 +279,7 @@ func shape(name string, late bool) string {
 
 // eventRow is an event as riverbus_event holds it.
 type eventRow struct {
-	bustype.Event
+	outbox.Event
 	txid string
 }
 
@@ -349,7 +350,7 @@ func keysOf(t *testing.T, b []byte) []string {
 
 // requireEvent checks that an event read from a job's args is the event
 // riverbus_event holds.
-func requireEvent(t *testing.T, want, got bustype.Event, what string) {
+func requireEvent(t *testing.T, want, got outbox.Event, what string) {
 	t.Helper()
 	require.True(t, want.OccurredAt.Equal(got.OccurredAt), what)
 	require.JSONEq(t, string(want.Data), string(got.Data), what)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -28,7 +27,7 @@ import (
 // SQL to this type, key for key); its JSON names are a contract, like
 // Event's.
 type Args struct {
-	bustype.Event
+	outbox.Event
 
 	// Late is true when the event committed after the horizon had skipped
 	// its sequence on the gap timeout: it is delivered after events with
@@ -60,8 +59,8 @@ type GroupArgs struct {
 	TransactionID string `json:"transaction_id"`
 	// Key is the key of the group's first event, in every part (every
 	// event's key, in a key-ordered pool).
-	Key    string          `json:"key"`
-	Events []bustype.Event `json:"events"`
+	Key    string         `json:"key"`
+	Events []outbox.Event `json:"events"`
 	// Late is true when the transaction committed after the horizon had
 	// skipped one of its sequences on the gap timeout. Omitted from the
 	// JSON when false.

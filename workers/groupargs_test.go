@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -22,10 +22,10 @@ func FuzzGroupJobAppendJSON(f *testing.F) {
 	f.Add(int64(9_223_372_036_854_775_807), "x", "\xff\xfe invalid UTF-8", true, 1, 2, 3)
 	f.Fuzz(func(t *testing.T, seq int64, txid, key string, late bool, part, parts, n int) {
 		n = max(n, 0) % 4
-		events := make([]bustype.Event, n)
+		events := make([]outbox.Event, n)
 		var enc [][]byte
 		for i := range events {
-			events[i] = bustype.Event{GlobalSequence: seq + int64(i), EventID: uuid.New(), Type: "t", Key: key,
+			events[i] = outbox.Event{GlobalSequence: seq + int64(i), EventID: uuid.New(), Type: "t", Key: key,
 				Tags: []string{txid}, Data: json.RawMessage(`{"k": "` + "<\u2028>" + `"}`), Metadata: json.RawMessage(`{}`),
 				OccurredAt: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)}
 			e, err := json.Marshal(events[i])

@@ -115,7 +115,7 @@ func (a *app) tail(ctx context.Context, db *pgxpool.Pool, after int64, filter *b
 		}
 		for _, e := range events {
 			after = e.GlobalSequence
-			if filter != nil && !filter.Matches(e) {
+			if filter != nil && !filter.Matches(e.Type, e.Tags) {
 				continue
 			}
 			if asJSON {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/riverbus/riverbus/bustype"
 )
 
 // A DBA may limit every session of a database or a role (ALTER DATABASE
@@ -127,51 +129,12 @@ func setting(d time.Duration) string {
 	return LockTimeoutSetting(d)
 }
 
-// SessionLimitError is Check's error: a session's limit is below what
-// riverbus's statements may need.
-type SessionLimitError struct {
-	// Setting is the setting's name ("statement_timeout").
-	Setting string
-	// Value is the session's value, as SHOW prints it ("30ms").
-	Value string
-	// Source is where the value came from, as pg_settings says: "database"
-	// (ALTER DATABASE … SET), "user" (ALTER ROLE … SET), "database user",
-	// "configuration file", "session" (SET, or the connection's options).
-	Source string
-	// Need is riverbus's own value.
-	Need time.Duration
-}
-
-func (e *SessionLimitError) Error() string {
-	need := "the " + e.Need.String()
-	if e.Need == 0 {
-		need = "no limit, which"
-	}
-	return fmt.Sprintf("the pool's sessions run with %s = %s (set by %s), less than %s riverbus's statements may need: configure the pool with riverbus.ConfigurePool before pgxpool.NewWithConfig, which sets riverbus's limits on each connection (they override ALTER DATABASE and ALTER ROLE settings)",
-		e.Setting, e.Value, describeSource(e.Source), need)
-}
-
-func describeSource(source string) string {
-	switch source {
-	case "database":
-		return "ALTER DATABASE … SET"
-	case "user":
-		return "ALTER ROLE … SET"
-	case "database user":
-		return "ALTER ROLE … IN DATABASE … SET"
-	case "session", "client":
-		return "the connection (SET, or its options)"
-	default:
-		return "the server's " + source
-	}
-}
-
 // sqlSessionLimits reads the session's three limits in milliseconds, as
 // shown, and where each came from.
 const sqlSessionLimits = `SELECT name, setting::bigint, current_setting(name), source FROM pg_settings
 	WHERE name IN ('statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout') ORDER BY name`
 
-// Check returns a *SessionLimitError when a session of db limits statements,
+// Check returns a *bustype.SessionLimitError when a session of db limits statements,
 // lock waits or idle transactions to less than s does (0, no limit, is
 // never less); the first such setting in name order.
 func (s SessionSettings) Check(ctx context.Context, db DB) error {
@@ -194,7 +157,7 @@ func (s SessionSettings) Check(ctx context.Context, db DB) error {
 		_, err = pgx.ForEachRow(rows, []any{&name, &ms, &shown, &source}, func() error {
 			have := time.Duration(ms) * time.Millisecond
 			if found == nil && ms > 0 && (need[name] == 0 || have < need[name]) {
-				found = &SessionLimitError{Setting: name, Value: shown, Source: strings.TrimSpace(source), Need: need[name]}
+				found = &bustype.SessionLimitError{Setting: name, Value: shown, Source: strings.TrimSpace(source), Need: need[name]}
 			}
 			return nil
 		})

@@ -54,12 +54,12 @@ const PoolNamePattern = `^[A-Za-z0-9_][A-Za-z0-9_.:-]{1,99}$`
 var PoolName = regexp.MustCompile(PoolNamePattern)
 
 // EventEnvelope is the envelope of the event whose row is e, as
-// riverbus_event holds it: a bustype.Event. Workers get it for each event of
+// riverbus_event holds it: an outbox.Event. Workers get it for each event of
 // their jobs (a job's args may carry only a reference to it: EventArgs), and
 // a webhook sends it, rebuilt from the log, whatever a job row says. The
 // database's riverbus_event_envelope builds the same object, for the retry
 // of an undeliverable event's dead letter: TestEnvelopesAgree keeps the two
-// and bustype.Event in step.
+// and outbox.Event in step.
 const EventEnvelope = `jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
 	'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata, 'occurred_at', e.occurred_at)`
 

@@ -23,12 +23,12 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/riversql"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/migrations"
+	"github.com/riverbus/riverbus/outbox"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -356,7 +356,7 @@ func TestPoolNameIsTheCheck(t *testing.T) {
 
 // An event's envelope is one object whoever builds it: EventEnvelope in
 // Go's queries, riverbus_event_envelope in the database (the retry of an
-// undeliverable event's dead letter), and bustype.Event, its Go type, has
+// undeliverable event's dead letter), and outbox.Event, its Go type, has
 // exactly its fields.
 func TestEnvelopesAgree(t *testing.T) {
 	t.Parallel()
@@ -374,14 +374,14 @@ func TestEnvelopesAgree(t *testing.T) {
 	var fields map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal([]byte(goSQL), &fields))
 	var want []string
-	for f := range reflect.TypeFor[bustype.Event]().Fields() {
+	for f := range reflect.TypeFor[outbox.Event]().Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		want = append(want, name)
 	}
-	require.ElementsMatch(t, want, slices.Collect(maps.Keys(fields)), "bustype.Event's fields")
+	require.ElementsMatch(t, want, slices.Collect(maps.Keys(fields)), "outbox.Event's fields")
 	dec := json.NewDecoder(strings.NewReader(goSQL))
 	dec.DisallowUnknownFields()
-	var e bustype.Event
+	var e outbox.Event
 	require.NoError(t, dec.Decode(&e))
 	require.Equal(t, seq, e.GlobalSequence)
 	require.Equal(t, "order.placed", e.Type)

@@ -48,7 +48,7 @@ func TestBindDeliversThroughAClient(t *testing.T) {
 	require.NoError(t, err)
 	select {
 	case body := <-bodies:
-		var got bustype.Event
+		var got outbox.Event
 		require.NoError(t, json.Unmarshal(body, &got))
 		require.Equal(t, int64(1), got.GlobalSequence)
 		require.JSONEq(t, `{"n":7}`, string(got.Data))
