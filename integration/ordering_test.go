@@ -129,8 +129,9 @@ func (r *recorder) snapshotLocked() (done []int64, byKey map[string][]int64) {
 }
 
 type orderedBundle struct {
-	db  *pgxpool.Pool
-	rec *recorder
+	db    *pgxpool.Pool
+	rec   *recorder
+	river *river.Client[pgx.Tx]
 }
 
 // setupOrdered creates the pool, runs a fan-out and a River client with
@@ -166,7 +167,7 @@ func setupOrdered(t *testing.T, params bustype.PoolParams, maxWorkers int, rec *
 		cancel()
 		<-fanDone
 	})
-	return &orderedBundle{db: db, rec: rec}
+	return &orderedBundle{db: db, rec: rec, river: client}
 }
 
 func appendKeyed(t *testing.T, db *pgxpool.Pool, key string, n int) []int64 {

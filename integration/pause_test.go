@@ -27,9 +27,18 @@ func TestPauseResumeReset(t *testing.T) {
 	first := appendKeyed(t, b.db, "k", 20)
 	testwait.Eventually(t, 30*time.Second, func() bool { return doneCount() == 20 }, "first 20 worked")
 
+	paused, stopPaused := b.river.Subscribe(river.EventKindQueuePaused)
+	defer stopPaused()
 	_, shared, err := pools.SetStatus(ctx, b.db, orderedPoolName, bustype.PoolPaused)
 	require.NoError(t, err)
 	require.False(t, shared)
+	// River hands a queue's pause to a running producer by notification:
+	// wait until the worker has taken it before giving it a job to refuse.
+	select {
+	case <-paused:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker never took the pool's pause")
+	}
 	second := appendKeyed(t, b.db, "k", 20)
 	// A job that exists while the pool is paused is not worked either.
 	ins, err := river.NewClient(workers.NewDriver(b.db, nil), &river.Config{})
