@@ -450,12 +450,8 @@ func TestKeyOrderingAcrossWorkerProcesses(t *testing.T) {
 	fan := start(t, dbURL, "riverbus", []string{"RIVERBUS_LOG_LEVEL=warn"}, "fanout")
 	var ws []*proc
 	for i := range 4 {
-		// riverbus's default rescue margin, not the test workers' 6 s: no
-		// process dies here, and with 6 s a completion that a loaded
-		// machine delays past it gets the job rescued and run again, which
-		// at-least-once allows and "every event succeeded once" does not.
 		w := start(t, dbURL, "testworker", nil, "-pool", "by-key", "-mode", "ordered", "-id", fmt.Sprintf("w%d", i),
-			"-fail-rate", "0.1", "-max-delay", "2ms", "-concurrency", "20", "-rescue-after", "65s")
+			"-fail-rate", "0.1", "-max-delay", "2ms", "-concurrency", "20")
 		w.waitOutput("ready", 30*time.Second)
 		ws = append(ws, w)
 	}
