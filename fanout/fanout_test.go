@@ -41,7 +41,6 @@ var (
 	openWriter  = fanouttest.OpenWriter
 	jobs        = fanouttest.Jobs
 	horizon     = fanouttest.Horizon
-	status      = fanouttest.Horizon // the horizon tests' name for it
 	pass        = fanouttest.Pass
 )
 

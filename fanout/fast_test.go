@@ -40,7 +40,7 @@ func TestFastRoundPassesTheCommittedRunAndLeavesHolesToTheFullRound(t *testing.T
 	require.True(t, res.Holding, "the hole of the open writer holds the horizon")
 	require.EqualValues(t, 1, count(t, b.db, `SELECT count(*) FROM riverbus_gap WHERE first_sequence = $1 AND last_sequence = $1`, held),
 		"the full round recorded the hole as a gap")
-	require.Equal(t, s2, status(t, b.db).Horizon)
+	require.Equal(t, s2, horizon(t, b.db).Horizon)
 
 	// Nothing new: the round holds, moves nothing, and keeps the gap.
 	res = fastRound(t, b)
@@ -52,7 +52,7 @@ func TestFastRoundPassesTheCommittedRunAndLeavesHolesToTheFullRound(t *testing.T
 	require.True(t, res.Moved)
 	require.False(t, res.Holding)
 	require.Equal(t, s4, res.Horizon)
-	require.Equal(t, s4, status(t, b.db).Horizon)
+	require.Equal(t, s4, horizon(t, b.db).Horizon)
 	require.Zero(t, count(t, b.db, `SELECT count(*) FROM riverbus_gap`), "the passed gap row is gone")
 }
 
@@ -78,7 +78,7 @@ func TestFastRoundNeedsTheLockAndAnUnfrozenHorizon(t *testing.T) {
 	require.True(t, locked)
 	res := fastRound(t, b)
 	require.False(t, res.Locked)
-	require.Zero(t, status(t, b.db).Horizon, "a round without the lock moved the horizon")
+	require.Zero(t, horizon(t, b.db).Horizon, "a round without the lock moved the horizon")
 	require.NoError(t, tx.Rollback(ctx))
 
 	// The horizon at the third event, and the sequence set back below it.
@@ -89,7 +89,7 @@ func TestFastRoundNeedsTheLockAndAnUnfrozenHorizon(t *testing.T) {
 	res = fastRound(t, b)
 	require.True(t, res.Locked)
 	require.False(t, res.Moved)
-	require.Equal(t, seqs[2], status(t, b.db).Horizon, "a frozen horizon moved")
+	require.Equal(t, seqs[2], horizon(t, b.db).Horizon, "a frozen horizon moved")
 	require.Equal(t, hz.ProblemSequenceBelowHorizon, res.Problems[0].Code)
 
 	// Repaired, the fast round passes the rest.
@@ -97,5 +97,5 @@ func TestFastRoundNeedsTheLockAndAnUnfrozenHorizon(t *testing.T) {
 	require.NoError(t, err)
 	res = fastRound(t, b)
 	require.True(t, res.Moved)
-	require.Equal(t, seqs[4], status(t, b.db).Horizon)
+	require.Equal(t, seqs[4], horizon(t, b.db).Horizon)
 }

@@ -87,7 +87,7 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 		pass(t, f)
 	}
 	t.Logf("three passes over a jump of 10^15: %s", time.Since(start)) // a measure, not a test
-	h := status(t, db)
+	h := horizon(t, db)
 	require.Equal(t, above, h.Horizon, "the horizon passed the jump")
 	require.Equal(t, int64(1e15), h.GapsProvenDead)
 	require.Zero(t, h.OpenGaps)
@@ -109,7 +109,7 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 		return c[top] == 1
 	}, "the event above the jump fanned out")
 	require.Equal(t, int64(1), count(t, db, "SELECT count(*) FROM riverbus_skipped"), "one range for the whole run")
-	require.Equal(t, int64(1e15+1), status(t, db).Watching)
+	require.Equal(t, int64(1e15+1), horizon(t, db).Watching)
 	require.LessOrEqual(t, count(t, db, "SELECT count(*) FROM riverbus_gap"), int64(1))
 	require.NoError(t, txA.Commit(ctx))
 	testwait.Eventually(t, 10*time.Second, func() bool {
@@ -119,7 +119,7 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 	c, late := jobs(t, db, "pp")
 	require.Equal(t, map[int64]int{first: 1, above: 1, held: 1, top: 1}, c)
 	require.True(t, late[held])
-	require.Equal(t, int64(1), status(t, db).LateEvents)
+	require.Equal(t, int64(1), horizon(t, db).LateEvents)
 
 	// A jump to 9e18, near the sequence's end, is no different.
 	_, err = db.Exec(ctx, "SELECT setval('riverbus_event_global_sequence', 9000000000000000000)")
@@ -129,7 +129,7 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 		c, _ := jobs(t, db, "pp")
 		return c[last] == 1
 	}, "horizon past a jump to 9e18")
-	require.Equal(t, last, status(t, db).Horizon)
+	require.Equal(t, last, horizon(t, db).Horizon)
 }
 
 // An appender takes a sequence for an event, burns 100,000 more numbers
@@ -153,10 +153,10 @@ func TestBurnedNumbersLeaveOneRange(t *testing.T) {
 	pass(t, f) // records the gap
 	clock.Advance(time.Hour)
 	pass(t, f) // skips it
-	require.Equal(t, after, status(t, db).Horizon, "gap skipped")
+	require.Equal(t, after, horizon(t, db).Horizon, "gap skipped")
 	require.Equal(t, int64(1), count(t, db, "SELECT count(*) FROM riverbus_skipped"))
-	require.Equal(t, int64(100_001), status(t, db).Watching)
-	require.Equal(t, int64(1), status(t, db).WatchingRanges)
+	require.Equal(t, int64(100_001), horizon(t, db).Watching)
+	require.Equal(t, int64(1), horizon(t, db).WatchingRanges)
 	// A range of numbers that never committed leaves the plain path on.
 	next := appendEvent(t, db, "t")
 	start := time.Now()
@@ -181,7 +181,7 @@ func TestBurnedNumbersLeaveOneRange(t *testing.T) {
 		require.Equal(t, map[int64]int{held: 1, after: 1, next: 1}, c, pool)
 		require.True(t, late[held], pool)
 	}
-	h := status(t, db)
+	h := horizon(t, db)
 	require.Equal(t, int64(1), h.LateEvents)
 	require.Equal(t, int64(100_001), h.GapsSkipped)
 	require.True(t, f.UsesPlainPath("plain"), "plain path back once the late event is retired")
@@ -224,7 +224,7 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 	}
 	c, _ := jobs(t, db, "pp")
 	require.Equal(t, 1, c[s3], "the event with the cached number is delivered")
-	h := status(t, db)
+	h := horizon(t, db)
 	require.Equal(t, s3, h.Horizon, "held at the cached numbers")
 	require.Zero(t, h.GapsProvenDead)
 	require.Len(t, h.Problems, 1)
@@ -241,11 +241,11 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 	require.NoError(t, a.Close(ctx))
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		pass(t, f)
-		return status(t, db).Horizon >= s2
+		return horizon(t, db).Horizon >= s2
 	}, "horizon past the cached numbers")
 	c, _ = jobs(t, db, "pp")
 	require.Equal(t, map[int64]int{s1: 1, s3: 1, s2: 1}, c)
-	require.Empty(t, status(t, db).Problems)
+	require.Empty(t, horizon(t, db).Problems)
 }
 
 // setval backwards below the horizon: reported, and the horizon does not
@@ -261,7 +261,7 @@ func TestSequenceBelowHorizonIsReportedAndHeld(t *testing.T) {
 		seqs = append(seqs, appendEvent(t, b.db, "t"))
 	}
 	pass(t, f)
-	require.Equal(t, seqs[4], status(t, b.db).Horizon)
+	require.Equal(t, seqs[4], horizon(t, b.db).Horizon)
 
 	_, err := b.db.Exec(ctx, "SELECT setval('riverbus_event_global_sequence', 2)")
 	require.NoError(t, err)
@@ -278,8 +278,8 @@ func TestSequenceBelowHorizonIsReportedAndHeld(t *testing.T) {
 	require.NoError(t, err)
 	n := appendEvent(t, b.db, "t")
 	pass(t, f)
-	require.Equal(t, n, status(t, b.db).Horizon)
-	require.Empty(t, status(t, b.db).Problems)
+	require.Equal(t, n, horizon(t, b.db).Horizon)
+	require.Empty(t, horizon(t, b.db).Problems)
 }
 
 // A rolled-back gap is proven dead in the next round, unless the assign
@@ -318,14 +318,14 @@ func TestBrokenTriggerHoldsTheHorizon(t *testing.T) {
 		require.True(t, res.Horizon.Blocked)
 		require.False(t, res.Holding, "no point in looking again within milliseconds")
 	}
-	h := status(t, b.db)
+	h := horizon(t, b.db)
 	require.Equal(t, n-1, h.Horizon)
 	require.Zero(t, h.GapsProvenDead)
 	require.Zero(t, h.GapsSkipped)
 	_, err = b.db.Exec(ctx, "ALTER TABLE riverbus_event ENABLE TRIGGER riverbus_event_assign")
 	require.NoError(t, err)
 	pass(t, f)
-	require.Equal(t, after, status(t, b.db).Horizon)
+	require.Equal(t, after, horizon(t, b.db).Horizon)
 
 	// Every other problem the check knows.
 	for _, tc := range []struct{ sql, undo, code string }{
@@ -486,7 +486,7 @@ func TestEventAboveSequenceIsHeldAndReported(t *testing.T) {
 	top := seqs[len(seqs)-1]
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		pass(t, f)
-		return status(t, b.db).Horizon == top
+		return horizon(t, b.db).Horizon == top
 	}, "horizon at the last event from the sequence")
 	for range 3 {
 		res := pass(t, f)
@@ -506,7 +506,7 @@ func TestEventAboveSequenceIsHeldAndReported(t *testing.T) {
 	require.Contains(t, ps[0].Detail, "1000")
 	require.Contains(t, ps[0].Detail, "9223372036854775000")
 	require.Contains(t, ps[0].Fix, "riverbus repair sequence")
-	h := status(t, b.db)
+	h := horizon(t, b.db)
 	require.Len(t, h.Problems, 1)
 	require.Equal(t, hz.ProblemEventAboveSequence, h.Problems[0].Code)
 	require.Contains(t, logs.String(), "problem=event_above_sequence")
@@ -532,7 +532,7 @@ func TestRenumberRecoversPlantedEvents(t *testing.T) {
 	seqs = append(seqs, appendEvent(t, b.db, "t"))
 	for range 3 {
 		pass(t, f)
-		require.Equal(t, seqs[3], status(t, b.db).Horizon, "the horizon passed a planted event")
+		require.Equal(t, seqs[3], horizon(t, b.db).Horizon, "the horizon passed a planted event")
 	}
 
 	// Refused while the sequence is below the horizon: its numbers would be
@@ -560,9 +560,9 @@ func TestRenumberRecoversPlantedEvents(t *testing.T) {
 	seqs = append(seqs, next)
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		pass(t, f)
-		return status(t, b.db).Horizon == next
+		return horizon(t, b.db).Horizon == next
 	}, "horizon past the renumbered events")
-	require.Empty(t, status(t, b.db).Problems)
+	require.Empty(t, horizon(t, b.db).Problems)
 	for _, pool := range []string{"pp", "keyed"} {
 		c, _ := jobs(t, b.db, pool)
 		want := map[int64]int{}
