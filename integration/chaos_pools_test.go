@@ -13,7 +13,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/workers"
@@ -63,34 +62,23 @@ type chaosPools struct {
 
 // startChaosPools creates the grouped pool and starts the client that
 // works all three pools (River polls queues whose pools do not exist yet).
-// The client has a pool of its own, as in a process of its own: on the
-// harness's pool, shared with the test's watchers, actions and drain, it
-// could wait for a connection to fetch or complete while the run goes on.
-func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool, dbURL string) *chaosPools {
+func startChaosPools(t *testing.T, ctx context.Context, db *pgxpool.Pool) *chaosPools {
 	t.Helper()
 	_, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: chaosGrouped, Grouping: bustype.GroupTransaction})
 	require.NoError(t, err)
-	const perQueue = 20
-	pcfg, err := pgxpool.ParseConfig(dbURL)
-	require.NoError(t, err)
-	pcfg.MaxConns = 3*perQueue + 10 // River's producers, completer, notifier and leader beside the jobs
-	riverbus.ConfigurePool(pcfg)
-	clientDB, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(clientDB.Close)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosGroupedArgs]) error { return nil }))
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosLateOrderedArgs]) error { return nil }))
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[chaosLateGroupedArgs]) error { return nil }))
 	cfg, err := workers.RiverConfig(workers.RiverOpts{Workers: ws, Queues: map[string]int{
-		bustype.DefaultQueue(chaosGrouped): perQueue, bustype.DefaultQueue(chaosLateOrdered): perQueue, bustype.DefaultQueue(chaosLateGrouped): perQueue,
+		bustype.DefaultQueue(chaosGrouped): 20, bustype.DefaultQueue(chaosLateOrdered): 20, bustype.DefaultQueue(chaosLateGrouped): 20,
 	},
 		// The test stands in for the rescuer of killed processes; this
 		// client is never killed, but the PostgreSQL crash may lose a
 		// completion: such a job is rescued after this.
 		Config: workers.Config{JobTimeout: 5 * time.Second, RescueStuckJobsAfter: chaosRescueAfter, Logger: slog.New(slog.DiscardHandler)}})
 	require.NoError(t, err)
-	client, err := river.NewClient(workers.NewDriver(clientDB, cfg.Logger), cfg)
+	client, err := river.NewClient(workers.NewDriver(db, cfg.Logger), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

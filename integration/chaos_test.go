@@ -232,7 +232,7 @@ func setUpChaos(t *testing.T) *chaosRun {
 		_, _, err := createPool(ctx, r.db, p)
 		require.NoError(t, err)
 	}
-	r.extra = startChaosPools(t, ctx, r.db, r.dbURL)
+	r.extra = startChaosPools(t, ctx, r.db)
 	r.actions = startChaosActions(t, ctx, r.db)
 	// Instrumentation: record every sequence the horizon marks late (the
 	// fan-out retires riverbus_late rows once every pool has the event).
