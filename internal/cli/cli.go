@@ -353,19 +353,28 @@ func (a *app) connectRetryingConns(ctx context.Context, rawURL, who string, conn
 		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := pool.Ping(pingCtx)
 		cancel()
+		msg := "database unreachable; retrying"
 		if err == nil {
-			if err := pooler.Check(ctx, cfg.ConnConfig, who); err != nil {
+			err = pooler.Check(ctx, cfg.ConnConfig, who)
+			if err == nil {
+				return pool, nil
+			}
+			// A pooler found is the operator's to fix. Anything else is
+			// the check not made: a server that answered the ping and then
+			// went (a crash, a restart, a failover) or ran out of
+			// connections is a database that is down, ridden out as one.
+			if errors.Is(err, pooler.ErrTransactionPooler) {
 				pool.Close()
 				return nil, err
 			}
-			return pool, nil
+			msg = "database answered, then failed the check for a connection pooler; retrying"
 		}
 		if ctx.Err() != nil {
 			pool.Close()
 			return nil, ctx.Err()
 		}
 		wait := backoff + time.Duration(rand.Int64N(int64(backoff/4)+1))
-		a.logger.Warn("database unreachable; retrying", "host", describeHost(rawURL), "error", err, "retry_in", wait.Round(time.Millisecond))
+		a.logger.Warn(msg, "host", describeHost(rawURL), "error", err, "retry_in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			pool.Close()

@@ -3,9 +3,6 @@ package pooler_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,45 +67,18 @@ func TestCheckFindsAStatementPooler(t *testing.T) {
 // front of the real server holds the first connection's bytes back.
 func TestCheckWaitsForASlowConnection(t *testing.T) {
 	t.Parallel()
-	direct := pgtest.NewDatabase(t)
-	cfg, err := pgx.ParseConfig(direct)
-	require.NoError(t, err)
-	target := net.JoinHostPort(cfg.Host, fmtPort(cfg.Port))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
 	var (
 		once sync.Once
 		held atomic.Int64
 	)
-	go func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer client.Close()
-				once.Do(func() {
-					start := time.Now()
-					time.Sleep(pooler.TimeoutDefault + time.Second)
-					held.Store(int64(time.Since(start)))
-				})
-				server, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer server.Close()
-				go io.Copy(server, client) //nolint:errcheck
-				io.Copy(client, server)    //nolint:errcheck
-			}()
-		}
-	}()
-	addr := ln.Addr().(*net.TCPAddr)
-	cfg.Host, cfg.Port = "127.0.0.1", uint16(addr.Port)
-	cfg.Fallbacks = nil
-	require.NoError(t, pooler.Check(context.Background(), cfg, "riverbus test"))
+	url := pgtest.Relay(t, pgtest.NewDatabase(t), func(int64) bool {
+		once.Do(func() {
+			start := time.Now()
+			time.Sleep(pooler.TimeoutDefault + time.Second)
+			held.Store(int64(time.Since(start)))
+		})
+		return true
+	})
+	require.NoError(t, check(t, url))
 	require.Greater(t, time.Duration(held.Load()), pooler.TimeoutDefault, "the relay held the first connection longer than a round trip's bound")
 }
-
-func fmtPort(p uint16) string { return strconv.Itoa(int(p)) }
