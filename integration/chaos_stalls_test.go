@@ -172,14 +172,28 @@ FROM riverbus_pool p WHERE p.status = 'active'
 // notification queue shows (an "object" lock on pg_database, object 0),
 // taken by every transaction that sent a NOTIFY at COMMIT through its WAL
 // flush. The neighbour's forged messages take it too, and any login may
-// NOTIFY, so an appender's commit may queue behind theirs for a moment;
-// nobody can hold it idle. The wait event is read in the same row as the
-// wait: pg_locks, read after, may already show the lock granted.
-const sqlNeighbourWaiters = `SELECT a.pid || ' ' || coalesce(a.application_name, '') || ': ' || left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 100)
-FROM pg_stat_activity a
-WHERE a.wait_event_type = 'Lock' AND a.usename IS DISTINCT FROM $1
-	AND a.wait_event IS DISTINCT FROM 'object'
-	AND EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(a.pid)) AND b.usename = $1)`
+// NOTIFY, so a commit that sends a wake-up (an appender's, a worker's lane
+// release) may queue behind theirs for a moment; nobody can hold it idle.
+//
+// The lock waited for is read from one pg_locks snapshot (one call, taken
+// under all of the lock manager's partition locks), and the neighbour must
+// hold or await that same lock there as well as block the session in
+// pg_blocking_pids, a second, later look. pg_stat_activity's wait event
+// cannot tell it: it is read once per transaction, so a session that
+// waited for another worker's row a moment before and now waits on the
+// notification queue behind a forged NOTIFY read as blocked by the
+// neighbour on the row.
+const sqlNeighbourWaiters = `WITH l AS MATERIALIZED (SELECT locktype, database, relation, page, tuple, virtualxid, transactionid, classid, objid, objsubid, pid, granted FROM pg_locks)
+SELECT DISTINCT a.pid || ' ' || coalesce(a.application_name, '') || ': ' || left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 100)
+FROM l w JOIN pg_stat_activity a ON a.pid = w.pid
+WHERE NOT w.granted AND w.locktype <> 'object' AND a.usename IS DISTINCT FROM $1
+	AND EXISTS (SELECT 1 FROM l h JOIN pg_stat_activity b ON b.pid = h.pid
+		WHERE b.usename = $1 AND h.pid = ANY (pg_blocking_pids(w.pid))
+			AND h.locktype = w.locktype AND h.database IS NOT DISTINCT FROM w.database
+			AND h.relation IS NOT DISTINCT FROM w.relation AND h.page IS NOT DISTINCT FROM w.page
+			AND h.tuple IS NOT DISTINCT FROM w.tuple AND h.virtualxid IS NOT DISTINCT FROM w.virtualxid
+			AND h.transactionid IS NOT DISTINCT FROM w.transactionid AND h.classid IS NOT DISTINCT FROM w.classid
+			AND h.objid IS NOT DISTINCT FROM w.objid AND h.objsubid IS NOT DISTINCT FROM w.objsubid)`
 
 // watch samples the pools, the horizon and the lock waits every second
 // until ctx ends.
