@@ -124,6 +124,9 @@ func oneLine(r *riverbus.Status) string {
 	for _, p := range r.Pools {
 		done := p.Jobs["completed"]
 		fmt.Fprintf(&b, " | %s lag %d done %d", p.Name, p.Lag, done)
+		if p.Status == bustype.PoolPaused {
+			b.WriteString(" PAUSED")
+		}
 		if p.DeadLetters > 0 {
 			fmt.Fprintf(&b, " dead %d", p.DeadLetters)
 		}
@@ -219,6 +222,14 @@ const progressMin = 1000
 // status) the bar is drawn and the ETA uses the jobs completed in the
 // last minute.
 func progress(r *riverbus.Status, p *riverbus.StatusPool, prev *riverbus.Status) string {
+	if p.Status == bustype.PoolPaused {
+		// A paused pool is not catching up, however fast its last jobs
+		// went: it stays where it is until resumed.
+		if p.Lag <= 0 {
+			return ""
+		}
+		return fmt.Sprintf("%s paused: %d behind, waiting for `riverbus pool resume %s`", p.Name, p.Lag, p.Name)
+	}
 	if r.Horizon-p.StartAfter <= 0 || p.Lag < progressMin {
 		return ""
 	}

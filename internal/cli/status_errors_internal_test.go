@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/bustype"
 )
 
 // While an operation that concerns a pool fails, or a process has stopped
@@ -39,4 +40,24 @@ func TestProgressHasNoETAWhileFailing(t *testing.T) {
 	out.Reset()
 	require.NoError(t, render(&out, r, nil))
 	require.Contains(t, out.String(), "STALE: riverbus work --pool billing (pid 7 on w1) has not reported for 1m35s (it reports every 10s): it was killed, or it cannot write to the database")
+}
+
+// A paused pool reads paused with its lag, never an ETA: status printed
+// "catching up … ETA 8h20m0s" for a pool that would not move until
+// resumed.
+func TestPausedPoolHasNoETA(t *testing.T) {
+	pool := &riverbus.StatusPool{Name: "billing", Queue: "billing", Status: bustype.PoolPaused, Checkpoint: 1000, Lag: 9000, CompletedLastMinute: 600}
+	r := &riverbus.Status{Horizon: 10_000, Pools: []*riverbus.StatusPool{pool}}
+	line := progress(r, pool, nil)
+	require.Equal(t, "billing paused: 9000 behind, waiting for `riverbus pool resume billing`", line)
+	pool.Lag = 301 // below the lag from which a running pool's bar is drawn
+	require.Contains(t, progress(r, pool, nil), "billing paused: 301 behind")
+	var out bytes.Buffer
+	require.NoError(t, render(&out, r, nil))
+	require.NotContains(t, out.String(), "ETA")
+	require.NotContains(t, out.String(), "catching up")
+	require.Contains(t, oneLine(r), "billing lag 301 done 0 PAUSED")
+	pool.Status = bustype.PoolActive
+	pool.Lag = 9000
+	require.Contains(t, progress(r, pool, nil), "catching up")
 }
