@@ -323,6 +323,11 @@ func TestForgedResumeDoesNotUndoAPause(t *testing.T) {
 
 	require.NoError(t, b.client.River().QueuePause(ctx, b.hookQueue, nil))
 	waitQueueEvent(t, events, river.EventKindQueuePaused, b.hookQueue, 10*time.Second)
+	// The queue's pause pauses the pool too (one pause); its fan-out goes
+	// on here, as a pool's does when resumed alone on a queue it shares,
+	// so that jobs wait for the paused workers.
+	_, err := b.db.Exec(ctx, `UPDATE riverbus_pool SET status = 'active' WHERE name = 'hooks'`)
+	require.NoError(t, err)
 	last := appendEvents(t, b.db, "hook", 3)
 	require.Eventually(t, func() bool { return countJobs(t, b.db, "hooks", "available") == 3 }, 30*time.Second, 10*time.Millisecond)
 	gateJob := b.holdGateJob(t)

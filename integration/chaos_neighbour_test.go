@@ -699,11 +699,12 @@ var chaosPausedQueue = bustype.DefaultQueue(chaosGrouped)
 
 // operatorPause pauses chaosPausedQueue through River UI's HTTP API, as an
 // operator would, for the whole of the neighbour's first forged-resume
-// phase (a second inside each end), then resumes it. The pool's jobs keep
-// coming (only the River queue is paused), so a producer that a forged
-// resume wakes runs them: any job of the queue that starts more than
-// chaosStallAfter after the pause and before the operator's resume is a
-// breach. It needs a run of at least chaosPauseCycle, to end before the
+// phase (a second inside each end), then resumes it. The pool's fan-out
+// pauses with the queue (one pause, migration 023), so the jobs waiting
+// are those it made before; a producer that a forged resume wakes runs
+// them: any job of the queue that starts more than chaosStallAfter after
+// the pause and before the operator's resume is a breach. How many were
+// waiting is logged: none waiting, and no breach could show. It needs a run of at least chaosPauseCycle, to end before the
 // writers do.
 func (r *chaosRun) operatorPause() {
 	n, wctx := r.neighbour, r.wctx
@@ -720,7 +721,10 @@ func (r *chaosRun) operatorPause() {
 		r.t.Errorf("pause queue %s through River UI: %v", chaosPausedQueue, err)
 		return
 	}
-	r.t.Logf("%5.1fs operator paused queue %s through River UI while the neighbour sprays forged resumes", r.elapsed(), chaosPausedQueue)
+	var waiting int
+	_ = r.db.QueryRow(r.ctx, `SELECT count(*) FROM river_job WHERE queue = $1 AND state IN ('available', 'retryable', 'scheduled')`,
+		chaosPausedQueue).Scan(&waiting)
+	r.t.Logf("%5.1fs operator paused queue %s through River UI while the neighbour sprays forged resumes; %d of its jobs wait", r.elapsed(), chaosPausedQueue, waiting)
 	time.Sleep(time.Until(n.began.Add(chaosPauseCycle - time.Second))) // the pause lasts the neighbour's resume phase
 	if err := retryFor(60*time.Second, func() error { return r.actions.queueAction(r.ctx, chaosPausedQueue, "resume", &resumedAt) }); err != nil {
 		r.t.Errorf("resume queue %s through River UI: %v", chaosPausedQueue, err)

@@ -170,7 +170,7 @@ func TestEveryFunctionAndTriggerHasOneCurrentText(t *testing.T) {
 	require.NoError(t, err)
 	inDatabase, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, inDatabase, triggers, "each riverbus trigger once in sql/current/07_triggers.sql")
+	require.Equal(t, inDatabase, triggers, "each riverbus trigger once in sql/current/08_triggers.sql")
 }
 
 // Migrate applies the current texts on every run: a function or trigger
@@ -206,7 +206,7 @@ func TestUpPutsBackTheCurrentTexts(t *testing.T) {
 
 // A migrate of an up-to-date database takes no lock on riverbus's or
 // River's tables: it replaces functions, which needs none, and no trigger,
-// each being already as 07_triggers.sql writes it. Appenders and workers in
+// each being already as 08_triggers.sql writes it. Appenders and workers in
 // the middle of a transaction, or a login that merely parsed a statement on
 // river_job, do not make it wait.
 func TestUpToDateMigrateWaitsForNoTable(t *testing.T) {
@@ -237,7 +237,7 @@ func TestUpToDateMigrateWaitsForNoTable(t *testing.T) {
 			return err
 		}))
 		t.Fatalf("migrate of an up-to-date database waited for a table: %v\n"+
-			"07_triggers.sql must write each trigger as pg_get_triggerdef prints it with search_path = pg_catalog, the schema as %%1$I; the server prints:\n%s",
+			"08_triggers.sql must write each trigger as pg_get_triggerdef prints it with search_path = pg_catalog, the schema as %%1$I; the server prints:\n%s",
 			err, strings.Join(defs, "\n"))
 	}
 }

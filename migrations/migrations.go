@@ -15,7 +15,7 @@
 // every run: CREATE OR REPLACE FUNCTION, which keeps each function's owner
 // and grants and takes no table lock (replacing a function in use is safe;
 // nothing here drops one), and CREATE OR REPLACE TRIGGER only for a trigger
-// that is missing or differs from its text (sql/current/07_triggers.sql
+// that is missing or differs from its text (sql/current/08_triggers.sql
 // says why). They run in the transaction of the newest migration when Up
 // applies it, so functions change at that migration's commit, and in a
 // transaction of their own otherwise. A fresh install and an upgrade from

@@ -383,6 +383,23 @@ CREATE OPERATOR rbt_evil.& (LEFTARG = integer, RIGHTARG = integer, FUNCTION = rb
 	value(&n, `SELECT count(*) FROM `+q("riverbus_lane_lock")+` WHERE pool = 'ordered'`)
 	require.Equal(t, int64(128), n)
 
+	// 023: River's pause of a pool's queue (River's default queue here)
+	// pauses the pool; the queue made anew while its pool is paused starts
+	// paused.
+	exec(`INSERT INTO ` + q("river_queue") + ` (name, created_at, metadata, updated_at) VALUES ('default', now(), '{}', now())`)
+	exec(`UPDATE ` + q("river_queue") + ` SET paused_at = now() WHERE name = 'default'`)
+	var status string
+	value(&status, `SELECT status FROM `+q("riverbus_pool")+` WHERE name = 'ordered'`)
+	require.Equal(t, "paused", status)
+	exec(`DELETE FROM ` + q("river_queue") + ` WHERE name = 'default'`)
+	exec(`INSERT INTO ` + q("river_queue") + ` (name, created_at, metadata, updated_at) VALUES ('default', now(), '{}', now())`)
+	var paused bool
+	value(&paused, `SELECT paused_at IS NOT NULL FROM `+q("river_queue")+` WHERE name = 'default'`)
+	require.True(t, paused)
+	exec(`UPDATE ` + q("river_queue") + ` SET paused_at = NULL WHERE name = 'default'`)
+	value(&status, `SELECT status FROM `+q("riverbus_pool")+` WHERE name = 'ordered'`)
+	require.Equal(t, "active", status)
+
 	// 003, 005, 009, 016: lanes hand on, dead letters are kept and leave
 	// when retried, a deleted lane job releases its lane.
 	var j1, j2, j3, j4 int64

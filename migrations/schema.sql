@@ -602,6 +602,33 @@ CREATE FUNCTION public.riverbus_private_schema() RETURNS text
     AS $$ SELECT 'riverbus_private_public'::text $$;
 
 --
+-- Name: riverbus_queue_paused(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.riverbus_queue_paused() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '30s'
+    AS $$
+DECLARE
+  v_status text := CASE WHEN NEW.paused_at IS NULL THEN 'active' ELSE 'paused' END;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    IF NEW.paused_at IS NULL
+      AND EXISTS (SELECT 1 FROM public.riverbus_pool p WHERE p.queue = NEW.name)
+      AND NOT EXISTS (SELECT 1 FROM public.riverbus_pool p WHERE p.queue = NEW.name AND p.status <> 'paused')
+    THEN
+      NEW.paused_at := now();
+    END IF;
+    RETURN NEW;
+  END IF;
+  UPDATE public.riverbus_pool SET status = v_status, updated_at = now()
+  WHERE queue = NEW.name AND status <> v_status;
+  RETURN NULL;
+END
+$$;
+
+--
 -- Name: riverbus_release_lane(text, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1799,6 +1826,18 @@ CREATE TRIGGER riverbus_lane_finished AFTER UPDATE ON public.river_job REFERENCI
 CREATE TRIGGER riverbus_lane_lock_rows AFTER INSERT ON public.riverbus_pool FOR EACH ROW EXECUTE FUNCTION public.riverbus_lane_lock_rows();
 
 --
+-- Name: river_queue riverbus_queue_paused; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER riverbus_queue_paused AFTER UPDATE OF paused_at ON public.river_queue FOR EACH ROW WHEN ((old.paused_at IS DISTINCT FROM new.paused_at)) EXECUTE FUNCTION public.riverbus_queue_paused();
+
+--
+-- Name: river_queue riverbus_queue_paused_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER riverbus_queue_paused_insert BEFORE INSERT ON public.river_queue FOR EACH ROW EXECUTE FUNCTION public.riverbus_queue_paused();
+
+--
 -- Name: river_job riverbus_rescue_retry; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1999,6 +2038,13 @@ GRANT ALL ON FUNCTION public.riverbus_lanes_finished() TO riverbus_worker;
 
 GRANT ALL ON FUNCTION public.riverbus_private_schema() TO riverbus_app;
 GRANT ALL ON FUNCTION public.riverbus_private_schema() TO riverbus_worker;
+
+--
+-- Name: FUNCTION riverbus_queue_paused(); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.riverbus_queue_paused() FROM PUBLIC;
+GRANT ALL ON FUNCTION public.riverbus_queue_paused() TO riverbus_worker;
 
 --
 -- Name: FUNCTION riverbus_release_lane(p_kind text, p_lane text); Type: ACL; Schema: public; Owner: -

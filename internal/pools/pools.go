@@ -247,8 +247,14 @@ func SetStatus(ctx context.Context, db database.DB, name string, status bustype.
 		return nil, false, fmt.Errorf("%w: status must be %s or %s, got %q", bustype.ErrInvalidPool, bustype.PoolActive, bustype.PoolPaused, status)
 	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		// The pool's row: a fan-out batch of the pool in flight holds it.
+		// The queue's row, then the pool's (a fan-out batch of the pool in
+		// flight holds it): River UI's pause locks the queue's row and then,
+		// through riverbus_queue_paused, its pools' rows, so the same order
+		// here keeps the two from deadlocking.
 		err := database.WaitLockTx(ctx, tx, "pool "+string(status), retention.LockTimeout, func() error {
+			if _, err := tx.Exec(ctx, sqlPoolQueueLock, name); err != nil {
+				return err
+			}
 			var err error
 			pool, err = collectOne(tx.Query(ctx, sqlPoolSetStatus, name, status))
 			return err

@@ -6,12 +6,15 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/pools"
+	"github.com/riverbus/riverbus/internal/riversql"
 	"github.com/riverbus/riverbus/outbox"
+	"github.com/riverbus/riverbus/workers"
 )
 
 // setup returns a fresh migrated database with n events appended.
@@ -209,6 +212,63 @@ func TestSetStatus(t *testing.T) {
 	_, _, err = pools.SetStatus(ctx, db, "nobody", bustype.PoolPaused)
 	require.ErrorIs(t, err, bustype.ErrUnknownPool)
 	require.ErrorContains(t, err, `"nobody"`)
+}
+
+// River's pause of a queue (River UI's button, QueuePause, "*" for every
+// queue) pauses every pool of it, its resume resumes them; a queue row
+// made anew while its pools are paused (River's queue cleaner deletes an
+// idle one, a worker's start makes it again) starts paused. A worker
+// starting then would otherwise run the paused pool's jobs.
+func TestRiverQueuePauseIsThePoolsPause(t *testing.T) {
+	t.Parallel()
+	ctx, db := setup(t, 0)
+	for _, params := range []bustype.PoolParams{{Name: "billing"}, {Name: "audit", Queue: "shared"}, {Name: "ledger", Queue: "shared"}} {
+		_, _, err := pools.Create(ctx, db, params)
+		require.NoError(t, err)
+	}
+	statuses := func() map[string]bustype.PoolStatus {
+		got := map[string]bustype.PoolStatus{}
+		list, err := pools.List(ctx, db)
+		require.NoError(t, err)
+		for _, p := range list {
+			got[p.Name] = p.Status
+		}
+		return got
+	}
+	rc, err := river.NewClient(workers.NewDriver(db, nil), &river.Config{})
+	require.NoError(t, err)
+	for _, q := range []string{"billing", "shared"} {
+		_, err := db.Exec(ctx, riversql.QueueEnsure, q)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, rc.QueuePause(ctx, "shared", nil))
+	require.Equal(t, map[string]bustype.PoolStatus{"billing": "active", "audit": "paused", "ledger": "paused"}, statuses())
+	require.NoError(t, rc.QueueResume(ctx, "shared", nil))
+	require.Equal(t, map[string]bustype.PoolStatus{"billing": "active", "audit": "active", "ledger": "active"}, statuses())
+	require.NoError(t, rc.QueuePause(ctx, "*", nil))
+	require.Equal(t, map[string]bustype.PoolStatus{"billing": "paused", "audit": "paused", "ledger": "paused"}, statuses())
+
+	// An update that leaves paused_at as it is (River's producers touch
+	// updated_at) changes no pool.
+	_, _, err = pools.SetStatus(ctx, db, "audit", bustype.PoolActive)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `UPDATE river_queue SET updated_at = now()`)
+	require.NoError(t, err)
+	require.Equal(t, bustype.PoolActive, statuses()["audit"])
+
+	_, err = db.Exec(ctx, `DELETE FROM river_queue`)
+	require.NoError(t, err)
+	for _, q := range []string{"billing", "shared"} {
+		_, err := db.Exec(ctx, riversql.QueueEnsure, q)
+		require.NoError(t, err)
+	}
+	var billingPaused, sharedPaused bool
+	require.NoError(t, db.QueryRow(ctx, `SELECT
+		(SELECT paused_at IS NOT NULL FROM river_queue WHERE name = 'billing'),
+		(SELECT paused_at IS NOT NULL FROM river_queue WHERE name = 'shared')`).Scan(&billingPaused, &sharedPaused))
+	require.True(t, billingPaused, "the queue of a paused pool starts paused")
+	require.False(t, sharedPaused, "a queue with an active pool starts active")
 }
 
 func TestDelete(t *testing.T) {

@@ -67,6 +67,9 @@ ON CONFLICT (pool) DO UPDATE SET group_floor = EXCLUDED.group_floor, updated_at 
 
 	sqlPoolSetStatus = `UPDATE riverbus_pool SET status = $2, updated_at = now() WHERE name = $1 RETURNING ` + poolColumns
 
+	// sqlPoolQueueLock locks the River queue row of pool $1, if it has one.
+	sqlPoolQueueLock = `SELECT 1 FROM river_queue WHERE name = (SELECT queue FROM riverbus_pool WHERE name = $1) FOR UPDATE`
+
 	sqlPoolsSharingQueue = `SELECT count(*) FROM riverbus_pool WHERE queue = $1 AND name <> $2`
 
 	// A reset beyond the end of the log changes nothing (see sqlLogEnd);

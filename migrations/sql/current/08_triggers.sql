@@ -87,6 +87,16 @@ BEGIN
       || ' FOR EACH STATEMENT'
       || ' EXECUTE FUNCTION %1$I.riverbus_timeline_guard()',
     -- Every new pool gets its lane bucket rows (012).
+    -- River UI's (or River's) pause and resume of a queue move its pools
+    -- (023)...
+    'CREATE TRIGGER riverbus_queue_paused AFTER UPDATE OF paused_at ON %1$I.river_queue'
+      || ' FOR EACH ROW'
+      || ' WHEN ((old.paused_at IS DISTINCT FROM new.paused_at))'
+      || ' EXECUTE FUNCTION %1$I.riverbus_queue_paused()',
+    -- ...and a queue row made anew starts paused if all its pools are.
+    'CREATE TRIGGER riverbus_queue_paused_insert BEFORE INSERT ON %1$I.river_queue'
+      || ' FOR EACH ROW'
+      || ' EXECUTE FUNCTION %1$I.riverbus_queue_paused()',
     'CREATE TRIGGER riverbus_lane_lock_rows AFTER INSERT ON %1$I.riverbus_pool'
       || ' FOR EACH ROW'
       || ' EXECUTE FUNCTION %1$I.riverbus_lane_lock_rows()'

@@ -1,0 +1,9 @@
+-- One pause (issue #24): River UI's Pause and Resume of a pool's queue, and
+-- River's QueuePause and QueueResume, now pause and resume the pool too,
+-- through riverbus_queue_paused and its two triggers on river_queue
+-- (sql/current/07_pause.sql). Nothing to change in a table; the number
+-- moves the schema version so builds can tell the texts apart.
+--
+-- Older code runs unchanged beside it: the triggers only keep the pool's
+-- status in step with its queue, which older code reads as before.
+-- riverbus:oldest-code 22
