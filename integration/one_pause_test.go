@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,11 +32,7 @@ func TestOnePauseThroughRiverUIAndTheCLI(t *testing.T) {
 	p, _, err := pools.Create(ctx, db, bustype.PoolParams{Name: "billing"})
 	require.NoError(t, err)
 
-	run := start(t, dbURL, "riverbus", []string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_LOG_LEVEL=warn"}, "run")
-	run.waitOutput("Ctrl-C stops it.", 60*time.Second)
-	m := regexp.MustCompile(`River UI:\s+(\S+)`).FindStringSubmatch(run.out.String())
-	require.NotNil(t, m, run.out.String())
-	queueURL := strings.TrimSuffix(m[1], "/") + "/api/queues/" + p.Queue
+	queueURL := startRun(t, dbURL) + "/api/queues/" + p.Queue
 	w := start(t, dbURL, "testworker", nil, "-pool", "billing")
 	w.waitOutput("ready", 30*time.Second)
 

@@ -491,6 +491,18 @@ func TestRiverUIOperatorNeverHoldsAKey(t *testing.T) {
 	})
 }
 
+// startRun starts `riverbus run` on dbURL with River UI on a free loopback
+// port (and the variables env) and returns River UI's URL, without the
+// trailing slash, once the banner shows it.
+func startRun(t *testing.T, dbURL string, env ...string) string {
+	t.Helper()
+	run := start(t, dbURL, "riverbus", append([]string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_LOG_LEVEL=warn"}, env...), "run")
+	run.waitOutput("Ctrl-C stops it.", 60*time.Second)
+	m := regexp.MustCompile(`River UI:\s+(\S+)`).FindStringSubmatch(run.out.String())
+	require.NotNil(t, m, run.out.String())
+	return strings.TrimSuffix(m[1], "/")
+}
+
 // The same through the processes a user runs: `riverbus run` fans out and
 // serves River UI, testworker works the pool; the dead letter blocking a
 // key is retried by a POST to the UI's API, and the key's held events
@@ -507,11 +519,7 @@ func TestRiverUIRetryServedByRunProcess(t *testing.T) {
 		OnDeadLetter: bustype.DeadLetterBlock, MaxAttempts: 1})
 	require.NoError(t, err)
 
-	run := start(t, dbURL, "riverbus", []string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_METRICS_ADDR=127.0.0.1:0",
-		"RIVERBUS_LOG_LEVEL=warn"}, "run")
-	run.waitOutput("Ctrl-C stops it.", 60*time.Second)
-	uiURL := regexp.MustCompile(`River UI:\s+(\S+)`).FindStringSubmatch(run.out.String())
-	require.NotNil(t, uiURL, run.out.String())
+	uiURL := startRun(t, dbURL, "RIVERBUS_METRICS_ADDR=127.0.0.1:0")
 	// Sequence 3 fails its first attempt, its only one: a dead letter.
 	w := start(t, dbURL, "testworker", nil, "-pool", "blocked", "-fail-first-attempt-every", "3")
 	w.waitOutput("ready", 30*time.Second)
@@ -527,7 +535,7 @@ func TestRiverUIRetryServedByRunProcess(t *testing.T) {
 	}, "3 a dead letter, 4 and 5 held")
 
 	body := fmt.Sprintf(`{"ids": ["%d"]}`, dead)
-	resp, err := http.Post(strings.TrimSuffix(uiURL[1], "/")+"/api/jobs/retry", "application/json", strings.NewReader(body))
+	resp, err := http.Post(uiURL+"/api/jobs/retry", "application/json", strings.NewReader(body))
 	require.NoError(t, err)
 	msg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
