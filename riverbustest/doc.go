@@ -7,6 +7,7 @@
 //
 //   - Setup: Main, Run, EnvURL
 //   - Databases: NewDatabase, NewDatabaseURL
+//   - Pools: CreatePool
 //   - Clients and waiting: StartClient, WaitForSequence
 //
 // # Setup
@@ -29,6 +30,17 @@
 //		db := riverbustest.NewDatabase(t)
 //		...
 //	}
+//
+// # Pools
+//
+// CreatePool creates a pool as `riverbus pool create` would, so a test
+// needs no operator client:
+//
+//	riverbustest.CreatePool(t, db, bustype.PoolParams{Name: "billing", Ordering: bustype.OrderingKey})
+//
+// A handler that uses workers.RunExactlyOnce also runs under River's
+// rivertest.Worker when it is given the test's transaction as its
+// workers.DB (see RunExactlyOnce).
 //
 // # Clients and waiting
 //

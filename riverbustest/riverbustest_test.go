@@ -66,7 +66,9 @@ func TestEnvURLIsPgtests(t *testing.T) {
 func TestNewDatabaseIsFreshAndMigrated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	start := time.Now()
 	a, b := riverbustest.NewDatabase(t), riverbustest.NewDatabase(t)
+	t.Logf("two databases in %s", time.Since(start).Round(time.Millisecond))
 
 	all, err := migrations.All()
 	require.NoError(t, err)
@@ -80,14 +82,29 @@ func TestNewDatabaseIsFreshAndMigrated(t *testing.T) {
 	require.Zero(t, n, "each test's database is its own")
 }
 
+// CreatePool makes the pool a test's handlers work, without an operator
+// client; a second call with the same settings returns it, one with other
+// settings fails the test naming the pool.
+func TestCreatePool(t *testing.T) {
+	t.Parallel()
+	db := riverbustest.NewDatabase(t)
+	p := riverbustest.CreatePool(t, db, bustype.PoolParams{Name: "billing", Ordering: bustype.OrderingKey})
+	require.Equal(t, "billing", p.Name)
+	require.Equal(t, bustype.OrderingKey, p.Ordering)
+	require.Equal(t, p, riverbustest.CreatePool(t, db, bustype.PoolParams{Name: "billing", Ordering: bustype.OrderingKey}))
+
+	rec := &recordingTB{TB: t}
+	require.Nil(t, riverbustest.CreatePool(rec, db, bustype.PoolParams{Name: "billing", MaxAttempts: 3}))
+	require.Nil(t, riverbustest.CreatePool(rec, db, bustype.PoolParams{Name: "Not A Name"}))
+	require.Len(t, rec.failures, 2)
+	require.Contains(t, rec.failures[0], `riverbustest: create pool "billing"`)
+	require.Contains(t, rec.failures[1], `riverbustest: create pool "Not A Name"`)
+}
+
 func TestWaitForSequenceWaitsForTheHandler(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := riverbustest.NewDatabase(t)
-	admin, err := riverbus.NewClient(db, nil)
-	require.NoError(t, err)
-	_, _, err = admin.PoolCreate(ctx, bustype.PoolParams{Name: "billing"})
-	require.NoError(t, err)
+	riverbustest.CreatePool(t, db, bustype.PoolParams{Name: "billing"})
 
 	w := &billingWorker{}
 	ws := workers.NewRegistry()

@@ -77,6 +77,14 @@ func CompleteTx[TArgs river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.
 // (`pool reset --wait` lists them). Write per event instead (an upsert
 // keyed by the event id or sequence, or skip an event already applied), or
 // clear what the replay rebuilds before the reset.
+//
+// In a test with River's rivertest.Worker, which inserts and works the job
+// inside the test's transaction, give the handler that transaction as its
+// db (DB is what both a *pgxpool.Pool and a pgx.Tx are): RunExactlyOnce
+// then works in a savepoint of it and the job ends completed. Given the
+// pool, it cannot see the uncommitted job and returns ErrJobNotRunning
+// ("job 1 no longer exists"). riverbustest.StartClient runs handlers as
+// production does, through a pool.
 func RunExactlyOnce[TArgs river.JobArgs](ctx context.Context, db DB, job *river.Job[TArgs], fn func(ctx context.Context, tx pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var (

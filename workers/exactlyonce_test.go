@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -11,10 +12,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/internal/jobtest"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -171,4 +176,42 @@ func TestRunExactlyOnce(t *testing.T) {
 		require.Equal(t, int32(0), fnCalls.Load())
 		jobtest.WaitJobState(t, db, ids[0], "completed")
 	})
+}
+
+// ledgerWorker applies each event once with RunExactlyOnce on db: the pool
+// in production, the test's transaction under rivertest.Worker.
+type ledgerWorker struct {
+	river.WorkerDefaults[ledgerArgs]
+	db workers.DB
+}
+
+func (w *ledgerWorker) Work(ctx context.Context, job *river.Job[ledgerArgs]) error {
+	return workers.RunExactlyOnce(ctx, w.db, job, func(ctx context.Context, tx pgx.Tx) error {
+		return apply(ctx, tx, job.Args.GlobalSequence)
+	})
+}
+
+// River's rivertest.Worker inserts and works the job inside the test's
+// transaction. A RunExactlyOnce handler given that transaction as its
+// workers.DB works there too (its write and the completion in a savepoint
+// of it); given the pool, it cannot see the uncommitted job and says so.
+func TestRunExactlyOnceUnderRiverTestWorker(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := setupProjection(t, 3)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	args := ledgerArgs{workers.Args{Event: outbox.Event{GlobalSequence: 7, Type: "invoice.paid", Data: json.RawMessage(`{}`)}}}
+
+	res, err := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{}, &ledgerWorker{db: tx}).Work(ctx, t, tx, args, nil)
+	require.NoError(t, err)
+	require.Equal(t, river.EventKindJobCompleted, res.EventKind)
+	require.Equal(t, rivertype.JobStateCompleted, res.Job.State)
+	var times int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT times FROM applied WHERE global_sequence = 7`).Scan(&times))
+	require.Equal(t, 1, times)
+
+	_, err = rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{}, &ledgerWorker{db: db}).Work(ctx, t, tx, args, nil)
+	require.ErrorIs(t, err, workers.ErrJobNotRunning, "the pool cannot see the test transaction's job")
 }
