@@ -315,8 +315,10 @@ const (
 	// until it is resumed).
 	PoolConditionPaused PoolCondition = "paused"
 	// PoolConditionStalled: the job holding the checkpoint, or what blocks
-	// its lane, has failed: it waits for a retry or is a dead letter
-	// (Holder says which, with its attempt and last error).
+	// its lane, has failed (Holder says which, with its attempt and last
+	// error), and it is a dead letter, or it has held the checkpoint for
+	// StatusStalledAfter, or its next attempt is that far away. A job that
+	// failed once and is retried within seconds does not stall its pool.
 	PoolConditionStalled PoolCondition = "stalled"
 	// PoolConditionHeld: the checkpoint has stood still for
 	// StatusStuckAfter behind a job that has not failed: a handler that
@@ -343,14 +345,26 @@ func (p *StatusPool) condition() PoolCondition {
 	switch {
 	case p.Status == bustype.PoolPaused:
 		return PoolConditionPaused
-	case h != nil && h.Stuck && h.Blocker().Troubled():
+	case h != nil && h.Stuck && h.Blocker().stalls(h.HeldSeconds):
 		return PoolConditionStalled
-	case h != nil && h.Stuck:
+	case h != nil && h.HeldSeconds >= StatusStuckAfter.Seconds():
 		return PoolConditionHeld
 	case p.Lag >= StatusCatchingUpLag:
 		return PoolConditionCatchingUp
 	}
 	return PoolConditionActive
+}
+
+// StatusStalledAfter is how long a failed job must have held a pool's
+// checkpoint, or must wait for its next attempt, before Status calls the
+// pool stalled (PoolConditionStalled).
+const StatusStalledAfter = 10 * time.Second
+
+// stalls reports whether the failed job j, holding a checkpoint for
+// heldSeconds, stalls its pool (PoolConditionStalled).
+func (j *StatusJob) stalls(heldSeconds float64) bool {
+	return j.Troubled() && (j.DeadLetter || heldSeconds >= StatusStalledAfter.Seconds() ||
+		(j.NextAttemptAt != nil && j.NextAttemptIn >= StatusStalledAfter))
 }
 
 // StatusJob is a job in a Status: one holding a checkpoint, or what blocks
