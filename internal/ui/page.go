@@ -124,11 +124,12 @@ func (p *page) status(ctx context.Context) (*riverbus.Status, error) {
 // by html/template where it is written: pool names, lanes and errors come
 // from appenders and handlers.
 type pageView struct {
-	Status    *riverbus.Status
-	Err       string
-	RiverUI   string
-	RefreshMS int64
-	Pools     []poolView
+	Status       *riverbus.Status
+	Err          string
+	RiverUI      string
+	RefreshMS    int64
+	RefreshEvery time.Duration
+	Pools        []poolView
 	// HorizonStalled: committed events wait above a horizon that has not
 	// moved for riverbus.StatusStuckAfter.
 	HorizonStalled bool
@@ -142,6 +143,9 @@ type poolView struct {
 	Holder                            *jobView
 	Blocker                           *jobView // what blocks the holder's lane
 	HeldFor                           string
+	// OtherError is the pool's LastError when neither the holder nor its
+	// lane's blocker shows it: the newest dead letter's.
+	OtherError string
 }
 
 type jobView struct {
@@ -151,7 +155,7 @@ type jobView struct {
 }
 
 func (p *page) view(st *riverbus.Status, err error) *pageView {
-	v := &pageView{Status: st, RiverUI: p.riverUI, RefreshMS: PageRefreshInterval.Milliseconds()}
+	v := &pageView{Status: st, RiverUI: p.riverUI, RefreshMS: PageRefreshInterval.Milliseconds(), RefreshEvery: PageRefreshInterval}
 	if err != nil {
 		v.Err = err.Error()
 	}
@@ -172,6 +176,9 @@ func (p *page) view(st *riverbus.Status, err error) *pageView {
 				pv.Blocker = p.job(h.LaneBlockedBy)
 			}
 			pv.HeldFor = time.Duration(h.HeldSeconds * float64(time.Second)).Round(time.Second).String()
+		}
+		if e := sp.LastError; e != "" && (pv.Holder == nil || e != pv.Holder.LastError) && (pv.Blocker == nil || e != pv.Blocker.LastError) {
+			pv.OtherError = e
 		}
 		v.Pools = append(v.Pools, pv)
 	}
