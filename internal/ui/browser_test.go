@@ -23,8 +23,9 @@ import (
 	"github.com/riverbus/riverbus/internal/ui"
 )
 
-// browserTimeout bounds the whole browser test, browser start included.
-const browserTimeout = 60 * time.Second
+// browserTimeout bounds the whole browser test, browser start and every
+// subtest included (about 40s on 2 cores; once, BasicAuth alone took 36s).
+const browserTimeout = 2 * time.Minute
 
 // TestBrowser loads River UI in headless Chromium: the jobs page renders the
 // pool's job; with basic auth, a load without credentials gets 401 and no
