@@ -48,4 +48,16 @@ ORDER BY e.operation, e.subject, e.process_id`
 	sqlStatusRunningStuck = `SELECT kind, queue, count(*) FROM river_job
 WHERE state = 'running' AND attempted_at < now() - $1::interval AND kind IN (SELECT name FROM riverbus_pool)
 GROUP BY kind, queue`
+
+	// The lowest open gaps and skipped ranges, at most $1 of each.
+	sqlStatusGapRanges     = `SELECT first_sequence, last_sequence, first_seen_at FROM riverbus_gap ORDER BY first_sequence LIMIT $1`
+	sqlStatusSkippedRanges = `SELECT first_sequence, last_sequence, skipped_at FROM riverbus_skipped ORDER BY first_sequence LIMIT $1`
+
+	// A pool's lag in time: how long ago the first event above its
+	// checkpoint ($1) and at or below the horizon ($2) was appended (as
+	// sqlStatusSequences reads it), in seconds; NULL when there is none.
+	sqlStatusLagAge = `SELECT (SELECT extract(epoch FROM now() - coalesce(e.appended_at, LEAST(e.occurred_at, r.appended_at_since)))::float8
+	FROM riverbus_event e, riverbus_retention r
+	WHERE e.global_sequence > $1 AND e.global_sequence <= $2
+	ORDER BY e.global_sequence LIMIT 1)`
 )

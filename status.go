@@ -21,6 +21,15 @@ import (
 // hangs, a worker that is not running).
 const StatusStuckAfter = time.Minute
 
+// StatusCatchingUpLag is the lag, in events, from which Status calls an
+// active pool that nothing holds catching up (PoolCatchingUp); `riverbus
+// status` draws its progress from there too.
+const StatusCatchingUpLag = 1000
+
+// StatusRangesMax is how many open gaps and skipped ranges Status lists
+// (the lowest ones); OpenGaps and WatchedSkippedRanges count them all.
+const StatusRangesMax = 50
+
 // Status is a snapshot of riverbus in one database, read in one
 // transaction: the horizon and its gaps, and per pool how far the fan-out
 // and the handlers got. Client.Status returns it; `riverbus status`, the
@@ -50,14 +59,24 @@ type Status struct {
 	// OpenGaps counts the runs of missing sequences just above the horizon.
 	OpenGaps int64 `json:"open_gaps"`
 	// WatchedSkipped counts the sequences the horizon skipped on the gap
-	// timeout that are still watched for a late commit.
-	WatchedSkipped int64 `json:"watched_skipped"`
+	// timeout that are still watched for a late commit;
+	// WatchedSkippedRanges counts the runs they form.
+	WatchedSkipped       int64 `json:"watched_skipped"`
+	WatchedSkippedRanges int64 `json:"watched_skipped_ranges"`
+	// GapRanges are the open gaps just above the horizon, and
+	// SkippedRanges the skipped ranges still watched, lowest first, at
+	// most StatusRangesMax of each; empty (not nil) when there is none.
+	GapRanges     []StatusRange `json:"gap_ranges"`
+	SkippedRanges []StatusRange `json:"skipped_ranges"`
 	// GapsProvenDead, GapsSkipped and LateEvents count, since the schema
 	// was created, the missing sequences proven rolled back, those skipped
 	// on the gap timeout, and those of them that committed after all.
 	GapsProvenDead int64 `json:"gaps_proven_dead_total"`
 	GapsSkipped    int64 `json:"gaps_skipped_total"`
 	LateEvents     int64 `json:"late_events_total"`
+	// LateEventsPending counts the late events that not every pool has
+	// handled yet.
+	LateEventsPending int64 `json:"late_events_pending"`
 	// RetentionTrimmedThrough is where the log begins after event
 	// retention (every event at or below it may have been deleted; 0:
 	// none), and RetentionEventsTrimmed counts the events it deleted.
@@ -90,6 +109,14 @@ type Status struct {
 	// recently; empty (not nil) when none did. A Stale one has not
 	// reported for a while: what it does now is unknown.
 	Processes []*StatusProcess `json:"processes"`
+}
+
+// StatusRange is a run of sequences First to Last (both included): an open
+// gap, seen missing since Since, or a skipped range, skipped at Since.
+type StatusRange struct {
+	First int64     `json:"first"`
+	Last  int64     `json:"last"`
+	Since time.Time `json:"since"`
 }
 
 // StatusFailover is what riverbus did when it found the database on a new
@@ -212,6 +239,8 @@ func (s *Status) Pool(name string) *StatusPool {
 type StatusPool struct {
 	Name   string             `json:"name"`
 	Status bustype.PoolStatus `json:"status"`
+	// Condition is how the pool stands, in one word: see PoolCondition.
+	Condition PoolCondition `json:"condition"`
 	// Ordering is the pool's ordering, followed by its dead-letter policy
 	// when the pool is ordered: "none", "key/block", "global/release".
 	Ordering   string           `json:"ordering"`
@@ -220,6 +249,9 @@ type StatusPool struct {
 	StartAfter int64            `json:"start_after"`
 	// Retry is the pool's retry schedule.
 	Retry bustype.RetrySchedule `json:"retry"`
+	// MaxAttempts is how many times a job of the pool is tried before it
+	// is a dead letter.
+	MaxAttempts int `json:"max_attempts"`
 	// Cursor: every event at or below it has been turned into a job of the
 	// pool or filtered out.
 	Cursor int64 `json:"cursor"`
@@ -228,6 +260,10 @@ type StatusPool struct {
 	Checkpoint int64 `json:"checkpoint"`
 	// Lag is Horizon − Checkpoint, or 0 when the checkpoint is ahead.
 	Lag int64 `json:"lag"`
+	// LagSeconds is the lag in time: how long ago, by the database's
+	// clock, the oldest event above the checkpoint (and at or below the
+	// horizon) was appended; 0 when there is none.
+	LagSeconds float64 `json:"lag_seconds"`
 	// AheadOfLog is how far the pool's position (the highest of its
 	// cursor, checkpoint and start point) is above the end of the log: the
 	// last sequence handed out, or the horizon when higher. 0 normally.
@@ -268,6 +304,67 @@ type StatusPool struct {
 	WorkerSlots         int64 `json:"worker_slots"`
 	RunningStuck        int64 `json:"running_stuck"`
 	RunningAboveWorkers int64 `json:"running_above_workers"`
+}
+
+// PoolCondition is how a pool stands, in one word, as StatusPool.Condition
+// gives it. The first that applies wins, in the order of the constants.
+type PoolCondition string
+
+const (
+	// PoolConditionPaused: the pool is paused (it may lag; nothing moves
+	// until it is resumed).
+	PoolConditionPaused PoolCondition = "paused"
+	// PoolConditionStalled: the job holding the checkpoint, or what blocks
+	// its lane, has failed (Holder says which, with its attempt and last
+	// error), and it is a dead letter, or it has held the checkpoint for
+	// StatusStalledAfter, or its next attempt is that far away. A job that
+	// failed once and is retried within seconds does not stall its pool.
+	PoolConditionStalled PoolCondition = "stalled"
+	// PoolConditionHeld: the checkpoint has stood still for
+	// StatusStuckAfter behind a job that has not failed: a handler that
+	// hangs, or no worker runs the pool's queue.
+	PoolConditionHeld PoolCondition = "held"
+	// PoolConditionCatchingUp: nothing holds the pool, but it is at least
+	// StatusCatchingUpLag events behind the horizon.
+	PoolConditionCatchingUp PoolCondition = "catching_up"
+	// PoolConditionActive: none of the above.
+	PoolConditionActive PoolCondition = "active"
+)
+
+// String is the condition in words: "catching up".
+func (c PoolCondition) String() string {
+	if c == PoolConditionCatchingUp {
+		return "catching up"
+	}
+	return string(c)
+}
+
+// condition is the pool's PoolCondition, from the fields Status has set.
+func (p *StatusPool) condition() PoolCondition {
+	h := p.Holder
+	switch {
+	case p.Status == bustype.PoolPaused:
+		return PoolConditionPaused
+	case h != nil && h.Stuck && h.Blocker().stalls(h.HeldSeconds):
+		return PoolConditionStalled
+	case h != nil && h.HeldSeconds >= StatusStuckAfter.Seconds():
+		return PoolConditionHeld
+	case p.Lag >= StatusCatchingUpLag:
+		return PoolConditionCatchingUp
+	}
+	return PoolConditionActive
+}
+
+// StatusStalledAfter is how long a failed job must have held a pool's
+// checkpoint, or must wait for its next attempt, before Status calls the
+// pool stalled (PoolConditionStalled).
+const StatusStalledAfter = 10 * time.Second
+
+// stalls reports whether the failed job j, holding a checkpoint for
+// heldSeconds, stalls its pool (PoolConditionStalled).
+func (j *StatusJob) stalls(heldSeconds float64) bool {
+	return j.Troubled() && (j.DeadLetter || heldSeconds >= StatusStalledAfter.Seconds() ||
+		(j.NextAttemptAt != nil && j.NextAttemptIn >= StatusStalledAfter))
 }
 
 // StatusJob is a job in a Status: one holding a checkpoint, or what blocks
@@ -348,8 +445,8 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		return nil, err
 	}
 	st := &Status{At: time.Now(), Horizon: h.Horizon, OpenGaps: h.OpenGaps, WatchedSkipped: h.Watching,
-		GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped, LateEvents: h.LateEvents, Problems: h.Problems,
-		HorizonUpdatedAt: h.UpdatedAt}
+		WatchedSkippedRanges: h.WatchingRanges, GapsProvenDead: h.GapsProvenDead, GapsSkipped: h.GapsSkipped,
+		LateEvents: h.LateEvents, LateEventsPending: h.LatePending, Problems: h.Problems, HorizonUpdatedAt: h.UpdatedAt}
 	if st.Problems == nil {
 		st.Problems = []bustype.HorizonProblem{}
 	}
@@ -368,6 +465,12 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		st.OldestEventAgeSeconds = max(0, dbNow.Sub(*oldest).Seconds())
 	}
 	st.HorizonAgeSeconds = max(0, dbNow.Sub(h.UpdatedAt).Seconds())
+	if st.GapRanges, err = readRanges(ctx, tx, sqlStatusGapRanges); err != nil {
+		return nil, fmt.Errorf("read open gaps: %w", err)
+	}
+	if st.SkippedRanges, err = readRanges(ctx, tx, sqlStatusSkippedRanges); err != nil {
+		return nil, fmt.Errorf("read skipped ranges: %w", err)
+	}
 	policy, err := retention.GetPolicy(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -385,7 +488,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 			ordering += "/" + string(p.OnDeadLetter) // "key/block"
 		}
 		sp := &StatusPool{Name: p.Name, Status: p.Status, Ordering: ordering, Grouping: p.Grouping, Queue: p.Queue,
-			StartAfter: p.StartAfter, Retry: p.Retry, Cursor: p.Cursor, Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint),
+			StartAfter: p.StartAfter, Retry: p.Retry, MaxAttempts: p.MaxAttempts, Cursor: p.Cursor, Checkpoint: p.Checkpoint, Lag: max(0, h.Horizon-p.Checkpoint),
 			AheadOfLog:      max(0, max(p.Cursor, p.Checkpoint, p.StartAfter)-max(h.Horizon, st.LastSequence)),
 			EventsFannedOut: p.EventsFannedOut, LateEventsDelivered: p.LateEventsDelivered, Jobs: map[bustype.JobState]int64{}}
 		holder, err := checkpoint.GetHolder(ctx, tx, p.Name)
@@ -393,6 +496,15 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 			return nil, err
 		}
 		sp.Holder = newStatusHolder(holder)
+		if sp.Lag > 0 {
+			var age *float64
+			if err := tx.QueryRow(ctx, sqlStatusLagAge, max(p.Checkpoint, p.StartAfter), h.Horizon).Scan(&age); err != nil {
+				return nil, fmt.Errorf("pool %s: lag in time: %w", p.Name, err)
+			}
+			if age != nil {
+				sp.LagSeconds = max(0, *age)
+			}
+		}
 		st.Pools = append(st.Pools, sp)
 		byName[p.Name] = sp
 	}
@@ -446,8 +558,26 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 				sp.LastError = e
 			}
 		}
+		sp.Condition = sp.condition()
 	}
 	return st, nil
+}
+
+// readRanges reads the runs of sequences query returns: first, last, since.
+func readRanges(ctx context.Context, tx pgx.Tx, query string) ([]StatusRange, error) {
+	rows, err := tx.Query(ctx, query, StatusRangesMax)
+	if err != nil {
+		return nil, err
+	}
+	ranges, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (StatusRange, error) {
+		var r StatusRange
+		err := row.Scan(&r.First, &r.Last, &r.Since)
+		return r, err
+	})
+	if ranges == nil {
+		ranges = []StatusRange{}
+	}
+	return ranges, err
 }
 
 func newStatusJob(j checkpoint.Job, at time.Time) StatusJob {

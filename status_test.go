@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -31,6 +32,21 @@ func (w *failingWorker) Work(_ context.Context, job *river.Job[billingArgs]) err
 	return nil
 }
 
+// startStatusPools creates the pools, pauses the one named "later", and
+// starts a client whose billing handler fails the event of sequence fail.
+func startStatusPools(t *testing.T, db *pgxpool.Pool, admin *riverbus.Client, fail int64, params ...bustype.PoolParams) *riverbus.Client {
+	t.Helper()
+	for _, p := range params {
+		_, _, err := admin.PoolCreate(t.Context(), p)
+		require.NoError(t, err)
+	}
+	_, err := admin.PoolPause(t.Context(), "later")
+	require.NoError(t, err)
+	ws := workers.NewRegistry()
+	workers.Add(ws, &failingWorker{fail: fail}, nil)
+	return riverbustest.StartClient(t, db, &riverbus.Config{Workers: ws})
+}
+
 // Status reads the horizon and, per pool, where it stands: what `riverbus
 // status`, the metrics and `riverbus run`'s summary show.
 func TestClientStatus(t *testing.T) {
@@ -45,20 +61,10 @@ func TestClientStatus(t *testing.T) {
 	require.Nil(t, st.Pools)
 	require.NotNil(t, st.Problems, "empty, not null, in JSON")
 
-	for _, p := range []bustype.PoolParams{
-		{Name: "billing", MaxAttempts: 1},
-		{Name: "ledger", Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock},
-		{Name: "later"},
-	} {
-		_, _, err := admin.PoolCreate(ctx, p)
-		require.NoError(t, err)
-	}
-	_, err = admin.PoolPause(ctx, "later")
-	require.NoError(t, err)
-
-	ws := workers.NewRegistry()
-	workers.Add(ws, &failingWorker{fail: 2}, nil)
-	client := riverbustest.StartClient(t, b.db, &riverbus.Config{Workers: ws})
+	client := startStatusPools(t, b.db, admin, 2,
+		bustype.PoolParams{Name: "billing", MaxAttempts: 1},
+		bustype.PoolParams{Name: "ledger", Ordering: bustype.OrderingKey, OnDeadLetter: bustype.DeadLetterBlock},
+		bustype.PoolParams{Name: "later"})
 	for _, key := range []string{"a", "b", "c"} {
 		_, err := outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Key: key, Data: json.RawMessage(`{}`)})
 		require.NoError(t, err)
@@ -169,4 +175,60 @@ func TestStatusOldestEventAgeIgnoresOccurredAt(t *testing.T) {
 		return st.OldestEventAgeSeconds >= 1
 	}, "the oldest event's age, by the database's clock, to reach 1s")
 	require.Less(t, st.OldestEventAgeSeconds, float64(600), "its age since it was appended, not until 2099")
+}
+
+// Status names each pool's condition (paused, stalled by a failing holder,
+// active), its lag in time and its attempts, and lists the open gaps: what
+// the riverbus page beside River UI shows.
+func TestStatusConditionsAndRanges(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	admin, err := riverbus.NewClient(b.db, nil)
+	require.NoError(t, err)
+	client := startStatusPools(t, b.db, admin, 1,
+		bustype.PoolParams{Name: "billing", MaxAttempts: 3, Retry: bustype.RetrySchedule{Base: time.Hour}},
+		bustype.PoolParams{Name: "later"})
+	_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Key: "a", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+
+	// A transaction holding sequence 2 open while 3 commits: an open gap.
+	held, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = held.Rollback(ctx) }()
+	_, err = outbox.Append(ctx, held, outbox.Event{Type: "InvoiceIssued", Key: "b", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Key: "c", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+
+	var st *riverbus.Status
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		st, err = client.Status(ctx)
+		require.NoError(t, err)
+		p := st.Pool("billing")
+		return p.Holder != nil && p.Holder.Attempt == 1 && p.Holder.State == bustype.JobStateRetryable && len(st.GapRanges) == 1
+	}, "billing's first job did not fail, or the gap was not seen")
+
+	require.Equal(t, int64(1), st.Horizon)
+	require.Equal(t, []riverbus.StatusRange{{First: 2, Last: 2, Since: st.GapRanges[0].Since}}, st.GapRanges)
+	require.False(t, st.GapRanges[0].Since.IsZero())
+	require.NotNil(t, st.SkippedRanges, "empty, not null, in JSON")
+	require.Empty(t, st.SkippedRanges)
+
+	billing := st.Pool("billing")
+	require.Equal(t, riverbus.PoolConditionStalled, billing.Condition)
+	require.Equal(t, 3, billing.MaxAttempts)
+	require.Equal(t, int64(1), billing.Lag)
+	require.Greater(t, billing.LagSeconds, 0.0)
+	require.Equal(t, "boom", billing.Holder.LastError)
+	require.Equal(t, 3, billing.Holder.MaxAttempts)
+
+	later := st.Pool("later")
+	require.Equal(t, riverbus.PoolConditionPaused, later.Condition)
+	require.Equal(t, int64(1), later.Lag)
+	require.Equal(t, "catching up", riverbus.PoolConditionCatchingUp.String())
+
+	raw, err := json.Marshal(st)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"gap_ranges":[{"first":2,"last":2,`)
+	require.Contains(t, string(raw), `"condition":"stalled"`)
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/internal/ui"
 	"github.com/riverbus/riverbus/migrations"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -125,7 +126,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 		g.Go(func() error { return demoTraffic(gctx, db, demoRate, a.logger, a.tracerProvider) })
 	}
 
-	where := []string{"River UI:  " + listenerURL(uiLn, "/")}
+	where := []string{"River UI:  " + listenerURL(uiLn, "/"), "riverbus:  " + listenerURL(uiLn, ui.PagePath)}
 	if metricsLn != nil {
 		where = append(where, "metrics:   "+listenerURL(metricsLn, "/metrics"))
 	}

@@ -48,7 +48,14 @@ func (a *app) listeners(withUI bool) (uiLn, metricsLn net.Listener, err error) {
 // ones are skipped) in g until ctx ends.
 func (a *app) serve(ctx context.Context, g *errgroup.Group, db *pgxpool.Pool, uiLn, metricsLn net.Listener) error {
 	if uiLn != nil {
-		h, err := ui.NewHandler(ctx, db, ui.Opts{User: a.cfg.UIUser, Password: a.cfg.UIPassword, Logger: a.riverLogger})
+		// The riverbus page reads Status through this process's client,
+		// as `riverbus status` does.
+		operator, err := a.newClient(db, nil, true)
+		if err != nil {
+			return err
+		}
+		h, err := ui.NewHandler(ctx, db, ui.Opts{User: a.cfg.UIUser, Password: a.cfg.UIPassword, Logger: a.riverLogger,
+			StatusFunc: operator.Status})
 		if err != nil {
 			return err
 		}
@@ -98,8 +105,10 @@ func listenerURL(ln net.Listener, path string) string {
 func (a *app) uiCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui",
-		Short: "Serve River UI (and metrics) for the database",
-		Long: `Serves River UI on --ui-addr (RIVERBUS_UI_ADDR, default 127.0.0.1:8080) and the
+		Short: "Serve River UI, the riverbus page (and metrics) for the database",
+		Long: `Serves River UI on --ui-addr (RIVERBUS_UI_ADDR, default 127.0.0.1:8080), with the
+riverbus page (horizon, and per pool its condition, lag, checkpoint holder,
+dead letters, gaps and late events) at /riverbus/ beside it, and the
 metrics endpoint on --metrics-addr (RIVERBUS_METRICS_ADDR). With a user and a
 password set (RIVERBUS_UI_USER and RIVERBUS_UI_PASSWORD), the UI requires HTTP
 basic auth; binding anything but a loopback address without them is refused.`,
@@ -142,6 +151,7 @@ basic auth; binding anything but a loopback address without them is refused.`,
 			}
 			g.Go(func() error { return a.watchSchema(gctx, db) })
 			fmt.Fprintf(a.stdout, "River UI: %s\n", listenerURL(uiLn, "/"))
+			fmt.Fprintf(a.stdout, "riverbus: %s\n", listenerURL(uiLn, ui.PagePath))
 			if metricsLn != nil {
 				fmt.Fprintf(a.stdout, "metrics:  %s\n", listenerURL(metricsLn, "/metrics"))
 			}

@@ -207,7 +207,7 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 }
 
 // progressMin is the lag from which status draws a pool's progress.
-const progressMin = 1000
+const progressMin = riverbus.StatusCatchingUpLag
 
 // progress is the line for a pool well behind the horizon whose checkpoint
 // is not stuck: a bar with an ETA while it catches up, "falling behind"

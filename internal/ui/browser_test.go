@@ -23,8 +23,9 @@ import (
 	"github.com/riverbus/riverbus/internal/ui"
 )
 
-// browserTimeout bounds the whole browser test, browser start included.
-const browserTimeout = 60 * time.Second
+// browserTimeout bounds the whole browser test, browser start and every
+// subtest included (about 40s on 2 cores; once, BasicAuth alone took 36s).
+const browserTimeout = 2 * time.Minute
 
 // TestBrowser loads River UI in headless Chromium: the jobs page renders the
 // pool's job; with basic auth, a load without credentials gets 401 and no
@@ -180,6 +181,69 @@ fetch(` + "`" + uiBase + `/api/jobs/cancel` + "`" + `, {method: "POST", mode: "n
 		require.NoError(t, err)
 		require.Equal(t, int64(http.StatusOK), doc.Status)
 		require.NoError(t, chromedp.Do(tab2, waitForText("billing")))
+	})
+
+	// The riverbus page beside River UI: reached from River UI's link, it
+	// shows a paused pool with its lag and a stalled pool with the job
+	// holding its checkpoint, renders the hostile error and key as text,
+	// and follows an appended event without a reload.
+	t.Run("RiverbusPage", func(t *testing.T) {
+		start := time.Now()
+		b := pageSetup(t)
+		base := "http://" + serveGuarded(t, b.testBundle, "127.0.0.1:0", ui.Opts{}, ui.ServeOpts{})
+		tab, cancelTab := chromedp.NewContext(browserCtx)
+		defer cancelTab()
+
+		resp, err := chromedp.Run(tab, chromedp.NavigateResponse(base+"/jobs?state=retryable"))
+		require.NoError(t, err)
+		require.Equal(t, int64(http.StatusOK), resp.Status)
+		require.NoError(t, chromedp.Do(tab, waitForText("ledger"), waitForText("riverbus page")))
+		// The link is on top where River UI has drawn its page: what a
+		// click at its middle reaches.
+		link, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => {
+	const a = document.getElementById("riverbus-page-link"), r = a.getBoundingClientRect();
+	const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+	return top === a ? a.getAttribute("href") : "covered by " + (top && top.outerHTML.slice(0, 80));
+})()`))
+		require.NoError(t, err)
+		require.Equal(t, ui.PagePath, link)
+		resp, err = chromedp.Run(tab, chromedp.NavigateResponse(base+link))
+		require.NoError(t, err)
+		require.Equal(t, int64(http.StatusOK), resp.Status)
+
+		field := func(pool, name string) string {
+			t.Helper()
+			text, err := chromedp.Run(tab, chromedp.Evaluate[string](
+				`document.querySelector('[data-pool="`+pool+`"] [data-field="`+name+`"]').innerText`))
+			require.NoError(t, err)
+			return text
+		}
+		require.Equal(t, "PAUSED", field("billing", "condition")) // text-transform: uppercase
+		require.Regexp(t, `^3 events, oldest appended \d+s ago$`, field("billing", "lag"))
+		require.Equal(t, "STALLED", field("ledger", "condition"))
+		holder := field("ledger", "holder")
+		id := strconv.FormatInt(b.holder, 10)
+		require.Contains(t, holder, "by job "+id+": event 1, retryable in lane “"+hostileKey+"”, attempt 1/5, next attempt ")
+		require.Contains(t, holder, "last error "+hostileError)
+		href, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('[data-field="holder"] a').getAttribute("href")`))
+		require.NoError(t, err)
+		require.Equal(t, "/jobs/"+id, href)
+		pwned, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.pwned !== undefined`))
+		require.NoError(t, err)
+		require.False(t, pwned, "the error or the key ran as script")
+
+		// An event arrives: the page follows without a reload.
+		_, err = chromedp.Run(tab, chromedp.Evaluate[bool](`window.sameDocument = true`))
+		require.NoError(t, err)
+		appendEvent(t, b.testBundle)
+		require.NoError(t, chromedp.Do(tab, chromedp.Poll[chromedp.Void](
+			`document.querySelector('[data-field="horizon"]').innerText === "4" &&
+				document.querySelector('[data-pool="billing"] [data-field="lag"]').innerText.startsWith("4 events")`,
+			chromedp.WithPollingInterval(100*time.Millisecond))))
+		same, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.sameDocument === true`))
+		require.NoError(t, err)
+		require.True(t, same, "the page was reloaded")
+		t.Logf("riverbus page in the browser: %s, setup included", time.Since(start).Round(time.Millisecond))
 	})
 }
 

@@ -11,10 +11,23 @@
 // Every pool is a River job kind, so River UI lists, filters, retries and
 // cancels the pools' jobs as it does any other job.
 //
+// # The riverbus page
+//
+// Beside River UI, the Handler serves a page of riverbus's own at PagePath
+// (/riverbus/): the horizon, its gaps and skipped ranges, late events, and
+// per pool its condition (riverbus.PoolCondition), lag in events and time,
+// cursor, checkpoint and the job holding it, dead letters and retry
+// schedule, read from riverbus.Status (Opts.StatusFunc). It is rendered by
+// html/template, refreshes its live part every PageRefreshInterval with a
+// small embedded script (no build step), links every job and queue it
+// names to River UI's pages, and sends a Content-Security-Policy that lets
+// only its own script run. River UI's HTML documents get a fixed link to it
+// before </body> (its prebuilt front end has no place for one).
+//
 // # Authentication
 //
-// With Opts.User and Opts.Password set, every path, the API included,
-// requires HTTP basic auth with those credentials. CheckBind refuses to
+// With Opts.User and Opts.Password set, every path, the API and the
+// riverbus page included, requires HTTP basic auth with those credentials. CheckBind refuses to
 // serve a non-loopback address without them: River UI can cancel, retry and
 // delete jobs, so it must not be open to the network.
 //

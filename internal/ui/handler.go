@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -37,9 +39,13 @@ type Opts struct {
 	Prefix string
 	// Logger receives River UI's logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// StatusFunc reads the snapshot the riverbus page at PagePath shows:
+	// a riverbus.Client's Status. Nil means the Status of an operator
+	// client over db (one that runs nothing).
+	StatusFunc func(context.Context) (*riverbus.Status, error)
 }
 
-// Handler serves River UI and its API. It is an http.Handler; call Start
+// Handler serves River UI and its API, and the riverbus page at PagePath. It is an http.Handler; call Start
 // before serving and Stop when done.
 type Handler struct {
 	ui   *riverui.Handler
@@ -68,6 +74,17 @@ func NewHandler(ctx context.Context, db *pgxpool.Pool, opts Opts) (*Handler, err
 	if prefix == "" {
 		prefix = PrefixDefault
 	}
+	if p := riverui.NormalizePathPrefix(prefix) + "/"; strings.HasPrefix(p, PagePath) {
+		return nil, fmt.Errorf("ui.NewHandler: Prefix %q is taken by the riverbus page (%s)", prefix, PagePath)
+	}
+	statusFunc := opts.StatusFunc
+	if statusFunc == nil {
+		operator, err := riverbus.NewClient(db, &riverbus.Config{FanoutDisabled: true, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("riverbus page: %w", err)
+		}
+		statusFunc = operator.Status
+	}
 
 	var migrated bool
 	if err := db.QueryRow(ctx, sqlRiverTablesExist).Scan(&migrated); err != nil {
@@ -91,14 +108,17 @@ func NewHandler(ctx context.Context, db *pgxpool.Pool, opts Opts) (*Handler, err
 	if err != nil {
 		return nil, fmt.Errorf("river ui: %w", err)
 	}
-	h := &Handler{ui: uh, next: uh}
+	mux := http.NewServeMux()
+	mux.Handle(PagePath, newPage(statusFunc, prefix, logger))
+	mux.Handle("/", withPageLink(uh))
+	h := &Handler{ui: uh, next: mux}
 	if opts.User != "" {
-		h.next = BasicAuth(uh, opts.User, opts.Password)
+		h.next = BasicAuth(mux, opts.User, opts.Password)
 	}
 	return h, nil
 }
 
-// ServeHTTP serves River UI, after checking the credentials when
+// ServeHTTP serves River UI or the riverbus page, after checking the credentials when
 // authentication is on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.next.ServeHTTP(w, r)
