@@ -230,7 +230,8 @@ func (p StartPosition) String() string {
 	return cmp.Or(p.kind, "beginning")
 }
 
-// PoolParams are the settings of CreatePool.
+// PoolParams are the settings of a new pool, as riverbus's Client.PoolCreate
+// takes them (PoolUpdate changes an existing pool's).
 type PoolParams struct {
 	// Name is the pool name and the River job kind: letters, digits and
 	// _ . - : only, starting with a letter, digit or _, 2 to 100 chars (River
@@ -263,6 +264,8 @@ type PoolParams struct {
 	// where the log begins is refused. Ignored when the pool already
 	// exists.
 	From StartPosition
-	// Update lets CreatePool change the settings of an existing pool.
+	// Update lets the creation change the settings of an existing pool
+	// instead of refusing them. Client.PoolCreate ignores it: use
+	// Client.PoolUpdate.
 	Update bool
 }
