@@ -194,8 +194,12 @@ with OpenTelemetry when the standard OTEL_* variables ask for it
 // settings, an event) rather than a failure to do it: such an error exits
 // 2 with the usage, like a flag that does not parse.
 func isBadInput(err error) bool {
-	return errors.Is(err, bustype.ErrInvalidPool) || errors.Is(err, outbox.ErrInvalidEvent)
+	return errors.Is(err, bustype.ErrInvalidPool) || errors.Is(err, outbox.ErrInvalidEvent) || errors.Is(err, errInvalidDatabaseURL)
 }
+
+// errInvalidDatabaseURL is a database URL that does not parse: a setting
+// that does not parse, so bad input (exit 2), like any other.
+var errInvalidDatabaseURL = errors.New("invalid database URL")
 
 // joinOptionalValues rewrites "--watch 10s" as "--watch=10s". pflag never
 // hands the next argument to a flag that has a value of its own when given
@@ -319,7 +323,7 @@ func (a *app) connectUnmigrated(ctx context.Context) (*pgxpool.Pool, error) {
 func poolConfig(rawURL string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("invalid database URL: %w", err)
+		return nil, fmt.Errorf("%w: %w", errInvalidDatabaseURL, err)
 	}
 	riverbus.ConfigurePool(cfg)
 	return cfg, nil

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,45 @@ func TestBadInputExitsTwo(t *testing.T) {
 	r := run(t, dbURL, "pool", "show", "nope")
 	require.Equal(t, 1, r.code, "an unknown pool is a failure, not bad input")
 	require.NotContains(t, r.stderr, "Usage:")
+}
+
+// A database URL that does not parse is a setting that does not parse:
+// bad input, exit 2 with the reason and the usage, from the flag or the
+// environment, for the commands that connect once and for those that
+// ride out an outage alike; its password is masked.
+func TestUnparsableDatabaseURLExitsTwo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url    string
+		reason string
+	}{
+		{"postgres://app:s3cret@db.example:notaport/app", "invalid database URL: cannot parse `postgres://app:xxxxx@db.example:notaport/app`: invalid port"},
+		{"postgres://%zz", "invalid database URL"},
+		{"not a url ::", "invalid database URL"},
+	} {
+		for _, args := range [][]string{{"pool", "list"}, {"migrate"}, {"fanout"}, {"run", "--ui-addr", "127.0.0.1:0", "--metrics-addr", ""}} {
+			r := runContext(t, 30*time.Second, tc.url, args...)
+			require.Equal(t, 2, r.code, "%s %v\nstdout: %s\nstderr: %s", tc.url, args, r.stdout, r.stderr)
+			require.Contains(t, r.stderr, tc.reason, "%s %v", tc.url, args)
+			require.Contains(t, r.stderr, "Usage:", "%s %v", tc.url, args)
+			require.NotContains(t, r.stderr, "s3cret")
+		}
+	}
+}
+
+// The same from the environment, DATABASE_URL or RIVERBUS_DATABASE_URL.
+func TestUnparsableDatabaseURLFromTheEnvironmentExitsTwo(t *testing.T) {
+	t.Setenv("RIVERBUS_DATABASE_URL", "")
+	require.NoError(t, os.Unsetenv("RIVERBUS_DATABASE_URL")) // set, even empty, it wins
+	t.Setenv("DATABASE_URL", "postgres://app@db.example:notaport/app")
+	r := run(t, "", "status")
+	require.Equal(t, 2, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stderr, "invalid database URL: cannot parse `postgres://app@db.example:notaport/app`")
+
+	t.Setenv("RIVERBUS_DATABASE_URL", "postgres://%zz")
+	r = run(t, "", "status")
+	require.Equal(t, 2, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stderr, "invalid database URL: cannot parse `postgres://%zz`")
 }
 
 // Against a database that was never migrated, every command that needs
