@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -12,7 +13,17 @@ import (
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// beRiverbus set to 1 makes this test binary the riverbus command (its
+// arguments go to cli.Main), so that a test can run, in a shell, a command
+// that riverbus printed naming this binary.
+const beRiverbus = "RIVERBUS_CLI_TEST_BE_RIVERBUS"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(beRiverbus) == "1" {
+		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	pgtest.Main(m)
+}
 
 type result struct {
 	code           int

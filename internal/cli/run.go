@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -133,7 +135,7 @@ func (a *app) run(ctx context.Context, demo bool, demoRate int) error {
 	if throwaway {
 		where = append(where, fmt.Sprintf("database:  export DATABASE_URL='%s'", dbURL))
 	}
-	where = append(where, "status:    riverbus status --watch   (with DATABASE_URL set as above)")
+	where = append(where, "status:    "+selfCommand()+" status --watch   "+databaseHint(throwaway))
 	fmt.Fprintf(a.stdout, "riverbus is running. Where to look:\n  %s\nCtrl-C stops it.\n", strings.Join(where, "\n  "))
 
 	g.Go(func() error {
@@ -173,4 +175,44 @@ func (a *app) summaryLoop(ctx context.Context, client *riverbus.Client) {
 		}
 		fmt.Fprintln(a.stdout, oneLine(st))
 	}
+}
+
+// selfCommand is the command that runs this binary from a shell: "riverbus"
+// when that is what PATH finds, else the binary's path (./bin/riverbus after
+// make build, a go run build), so that a command the banner prints works as
+// printed.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "riverbus"
+	}
+	if found, err := exec.LookPath("riverbus"); err == nil && sameFile(found, exe) {
+		return "riverbus"
+	}
+	return shellQuote(exe)
+}
+
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
+}
+
+// shellQuote quotes s for a POSIX shell, unless it needs no quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:@%,=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// databaseHint says which database a command the banner prints needs.
+func databaseHint(throwaway bool) string {
+	if throwaway {
+		return "(with DATABASE_URL set as above)"
+	}
+	return "(with DATABASE_URL set to this process's database)"
 }
