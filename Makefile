@@ -3,13 +3,19 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help run test test/race test/short bench chaos lint tidy build generate schema
+.PHONY: help run test test/race test/short bench chaos lint tidy build install generate schema
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z\/_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the riverbus binary into bin/
 	$(GO) build -o bin/riverbus ./cmd/riverbus
+
+install: ## Install the riverbus command into $GOBIN, else $(go env GOPATH)/bin, as go install does
+	$(GO) install ./cmd/riverbus
+	@dir="$$($(GO) env GOBIN)"; dir="$${dir:-$$($(GO) env GOPATH | cut -d: -f1)/bin}"; \
+	echo "installed $$dir/riverbus"; \
+	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "$$dir is not on your PATH: export PATH=\"$$dir:\$$PATH\"" ;; esac
 
 run: build ## Run the demo: throwaway PostgreSQL (unless DATABASE_URL is set), fan-out, workers, River UI
 	./bin/riverbus run --demo
