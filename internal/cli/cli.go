@@ -75,6 +75,13 @@ func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	return 0
 }
 
+// Command returns the command tree that Main runs, as the environment
+// configures it, for checks that the commands and flags the documentation
+// shows exist. Running it is Main's job.
+func Command() *cobra.Command {
+	return (&app{stdout: io.Discard, stderr: io.Discard}).rootCommand()
+}
+
 type app struct {
 	stdout, stderr io.Writer
 	cfg            *config.Config // the environment's values, then the flags'
