@@ -53,9 +53,9 @@ func Run(m *testing.M) int { return pgtest.Run(m) }
 
 // NewDatabase creates a fresh database with the riverbus schema (every
 // migration applied) and returns a pool connected to it. Creating one takes
-// about a second on a small machine, less under no load: it is a copy of
-// the template Main migrated (CREATE DATABASE … TEMPLATE), not a new
-// migration. The pool is
+// tens of milliseconds on an idle machine and up to a second or two on a
+// busy one: it is a copy of the template Main migrated (CREATE DATABASE …
+// TEMPLATE), not a new migration. The pool is
 // closed and the database dropped when the test ends. It fails the test
 // when Main was not called from TestMain.
 func NewDatabase(t TB) *pgxpool.Pool {

@@ -3,9 +3,9 @@
 // A package's TestMain calls Main, which finds the test server, migrates a
 // template database once per schema, and cleans up when the tests end, also
 // on SIGINT or SIGTERM. NewDatabase and NewPool then create a fresh database
-// from the template (about a second on a small machine). Tests that need a
-// server of their own, one they restart, crash, configure or stand a
-// replica beside, call NewServer.
+// from the template (tens of milliseconds idle, a second or two busy).
+// Tests that need a server of their own, one they restart, crash,
+// configure or stand a replica beside, call NewServer.
 //
 // # The shared server
 //
