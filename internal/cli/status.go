@@ -182,10 +182,10 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POOL\tSTATUS\tORDERING\tCURSOR\tCHECKPOINT\tLAG\tJOBS\tDEAD\tDONE/MIN\tLAST ERROR")
+	fmt.Fprintln(tw, "POOL\tSTATUS\tORDERING\tCURSOR\tCHECKPOINT\tLAG\tLAG TIME\tJOBS\tDEAD\tDONE/MIN\tLAST ERROR")
 	for _, p := range r.Pools {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", safe(p.Name), p.Status, p.Ordering, p.Cursor, p.Checkpoint, p.Lag,
-			jobsSummary(p.Jobs), p.DeadLetters, p.CompletedLastMinute, truncate(p.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n", safe(p.Name), poolState(p), p.Ordering, p.Cursor, p.Checkpoint, p.Lag,
+			lagTime(p), jobsSummary(p.Jobs), p.DeadLetters, p.CompletedLastMinute, truncate(p.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -204,6 +204,25 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 		}
 	}
 	return nil
+}
+
+// poolState is the STATUS column: the pool's condition (active, paused,
+// stalled, held, catching up), as the riverbus page shows it; its status
+// when the condition is unknown.
+func poolState(p *riverbus.StatusPool) string {
+	if p.Condition != "" {
+		return p.Condition.String()
+	}
+	return string(p.Status)
+}
+
+// lagTime is the LAG TIME column: how long ago the oldest event the pool
+// has not finished was appended; "-" when it is not behind.
+func lagTime(p *riverbus.StatusPool) string {
+	if p.Lag <= 0 || p.LagSeconds <= 0 {
+		return "-"
+	}
+	return time.Duration(p.LagSeconds * float64(time.Second)).Round(time.Second).String()
 }
 
 // progressMin is the lag from which status draws a pool's progress.

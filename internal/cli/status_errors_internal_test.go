@@ -61,3 +61,21 @@ func TestPausedPoolHasNoETA(t *testing.T) {
 	pool.Lag = 9000
 	require.Contains(t, progress(r, pool, nil), "catching up")
 }
+
+// The table's STATUS is the pool's condition, as the riverbus page shows
+// it, and LAG TIME how long ago its oldest unfinished event was appended.
+func TestStatusTableShowsConditionAndLagTime(t *testing.T) {
+	r := &riverbus.Status{Horizon: 5000, Pools: []*riverbus.StatusPool{
+		{Name: "billing", Status: bustype.PoolActive, Condition: riverbus.PoolConditionStalled, Checkpoint: 4000, Lag: 1000, LagSeconds: 95.4},
+		{Name: "audit", Status: bustype.PoolPaused, Condition: riverbus.PoolConditionPaused, Checkpoint: 4990, Lag: 10, LagSeconds: 3},
+		{Name: "ledger", Status: bustype.PoolActive, Condition: riverbus.PoolConditionCatchingUp, Checkpoint: 3000, Lag: 2000, LagSeconds: 7200},
+		{Name: "mail", Status: bustype.PoolActive, Checkpoint: 5000},
+	}}
+	var out bytes.Buffer
+	require.NoError(t, render(&out, r, nil))
+	require.Contains(t, out.String(), "LAG TIME")
+	require.Regexp(t, `(?m)^billing\s+stalled\s+\S*\s+0\s+4000\s+1000\s+1m35s\s`, out.String())
+	require.Regexp(t, `(?m)^audit\s+paused\s+\S*\s+0\s+4990\s+10\s+3s\s`, out.String())
+	require.Regexp(t, `(?m)^ledger\s+catching up\s+\S*\s+0\s+3000\s+2000\s+2h0m0s\s`, out.String())
+	require.Regexp(t, `(?m)^mail\s+active\s+\S*\s+0\s+5000\s+0\s+-\s`, out.String(), "no condition: the status; not behind: no lag time")
+}
