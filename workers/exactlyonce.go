@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
@@ -107,12 +109,39 @@ func RunExactlyOnce[TArgs river.JobArgs](ctx context.Context, db DB, job *river.
 		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		return CompleteTx(ctx, tx, job)
+		return completeWaitingForLanes(ctx, tx, job)
 	})
 	if errors.Is(err, errAlreadyCompleted) {
 		return nil
 	}
 	return err
+}
+
+// completeWaitingForLanes completes job in tx, in a savepoint it tries
+// again for as long as ctx (the job's) allows when the completion's lane
+// release gives up waiting for the lane locks (SQLSTATE 55P03). In a
+// key-ordered pool, completing a job releases its lane, which waits for
+// the pool's fan-out batch deciding those lanes (riverbus_release_lanes,
+// with a lock_timeout of its own): a batch of big events holds them for
+// seconds, and one try then failed the attempt, rolling back the work fn
+// had done and spending an attempt on nothing but the wait (a pool with
+// one attempt made it a dead letter). The job's row stays locked by tx
+// meanwhile, so nothing else can take the job.
+func completeWaitingForLanes[TArgs river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[TArgs]) error {
+	for {
+		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return CompleteTx(ctx, sp, job) })
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.LockNotAvailable {
+			return err
+		}
+		// Not at once: a lock_timeout shorter than the function's, a
+		// DBA's, would make this a busy loop.
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // errAlreadyCompleted rolls RunExactlyOnce's transaction back when the job
