@@ -16,11 +16,6 @@ import (
 	"github.com/riverbus/riverbus/internal/retention"
 )
 
-// StatusStuckAfter is how long a pool's checkpoint may stand still behind a
-// job that has not failed before Status calls it stuck (a handler that
-// hangs, a worker that is not running).
-const StatusStuckAfter = time.Minute
-
 // StatusCatchingUpLag is the lag, in events, from which Status calls an
 // active pool that nothing holds catching up (PoolCatchingUp); `riverbus
 // status` draws its progress from there too.
@@ -291,13 +286,16 @@ type StatusPool struct {
 	// minute (of those River still keeps).
 	CompletedLastMinute int64 `json:"completed_last_minute"`
 	// Holder is the job that holds the checkpoint, nil when the pool has no
-	// unfinished job.
-	Holder *StatusHolder `json:"checkpoint_holder,omitempty"`
+	// unfinished job: checkpoint.GetHolder's, with its LastError and its
+	// LaneBlocker's masked as the pool's LastError is. Its Stuck, Stalled
+	// and Blocker say whether and why it matters; its JSON
+	// (checkpoint.Holder.MarshalJSON) adds held_seconds and stuck.
+	Holder *checkpoint.Holder `json:"checkpoint_holder,omitempty"`
 	// WorkerSlots is how many jobs of the pool's queue the listed
 	// processes' River clients can hold running at once (Processes'
 	// Queues). RunningStuck counts the pool's jobs River shows running
-	// that started over StatusStuckAfter ago. RunningAboveWorkers is how
-	// many of those no worker can be running: the queue's long-running
+	// that started over checkpoint.StuckAfter ago. RunningAboveWorkers is
+	// how many of those no worker can be running: the queue's long-running
 	// jobs beyond its slots. Above 0, their completions failed (see the
 	// processes' errors) or their workers died, and River's rescuer has not
 	// retried them yet; their lanes and the checkpoint wait meanwhile.
@@ -317,12 +315,13 @@ const (
 	// PoolConditionStalled: the job holding the checkpoint, or what blocks
 	// its lane, has failed (Holder says which, with its attempt and last
 	// error), and it is a dead letter, or it has held the checkpoint for
-	// StatusStalledAfter, or its next attempt is that far away. A job that
-	// failed once and is retried within seconds does not stall its pool.
+	// checkpoint.StalledAfter, or its next attempt is that far away
+	// (Holder.Stalled). A job that failed once and is retried within
+	// seconds does not stall its pool.
 	PoolConditionStalled PoolCondition = "stalled"
 	// PoolConditionHeld: the checkpoint has stood still for
-	// StatusStuckAfter behind a job that has not failed: a handler that
-	// hangs, or no worker runs the pool's queue.
+	// checkpoint.StuckAfter behind a job that has not failed: a handler
+	// that hangs, or no worker runs the pool's queue.
 	PoolConditionHeld PoolCondition = "held"
 	// PoolConditionCatchingUp: nothing holds the pool, but it is at least
 	// StatusCatchingUpLag events behind the horizon.
@@ -345,82 +344,14 @@ func (p *StatusPool) condition() PoolCondition {
 	switch {
 	case p.Status == bustype.PoolPaused:
 		return PoolConditionPaused
-	case h != nil && h.Stuck && h.Blocker().stalls(h.HeldSeconds):
+	case h != nil && h.Stalled():
 		return PoolConditionStalled
-	case h != nil && h.HeldSeconds >= StatusStuckAfter.Seconds():
+	case h != nil && h.HeldFor() >= checkpoint.StuckAfter:
 		return PoolConditionHeld
 	case p.Lag >= StatusCatchingUpLag:
 		return PoolConditionCatchingUp
 	}
 	return PoolConditionActive
-}
-
-// StatusStalledAfter is how long a failed job must have held a pool's
-// checkpoint, or must wait for its next attempt, before Status calls the
-// pool stalled (PoolConditionStalled).
-const StatusStalledAfter = 10 * time.Second
-
-// stalls reports whether the failed job j, holding a checkpoint for
-// heldSeconds, stalls its pool (PoolConditionStalled).
-func (j *StatusJob) stalls(heldSeconds float64) bool {
-	return j.Troubled() && (j.DeadLetter || heldSeconds >= StatusStalledAfter.Seconds() ||
-		(j.NextAttemptAt != nil && j.NextAttemptIn >= StatusStalledAfter))
-}
-
-// StatusJob is a job in a Status: one holding a checkpoint, or what blocks
-// its lane.
-type StatusJob struct {
-	JobID          int64            `json:"job_id"`
-	GlobalSequence int64            `json:"global_sequence"`
-	State          bustype.JobState `json:"state"`
-	// DeadLetter: River discarded the job after its last attempt; it waits
-	// for DeadLetterRetry or DeadLetterPurge.
-	DeadLetter  bool `json:"dead_letter,omitempty"`
-	Attempt     int  `json:"attempt"`
-	MaxAttempts int  `json:"max_attempts"`
-	// NextAttemptAt is set for a retryable or scheduled job;
-	// NextAttemptIn is how long until then by the database's clock.
-	NextAttemptAt *time.Time    `json:"next_attempt_at,omitempty"`
-	NextAttemptIn time.Duration `json:"-"`
-	DiscardedAt   *time.Time    `json:"discarded_at,omitempty"`
-	// LastError is the error of the last failed attempt (the handler's
-	// text, URLs' credentials masked).
-	LastError string `json:"last_error,omitempty"`
-	// Lane is the job's lane in an ordered pool, nil in other pools.
-	Lane *string `json:"lane,omitempty"`
-}
-
-// Troubled reports whether the job has failed, waits for a retry, or is a
-// dead letter.
-func (j *StatusJob) Troubled() bool {
-	return j.DeadLetter || j.LastError != "" || j.State == bustype.JobStateRetryable || j.State == bustype.JobStateScheduled
-}
-
-// StatusHolder is the job holding a pool's checkpoint: the pool's unfinished
-// job of the lowest sequence.
-type StatusHolder struct {
-	StatusJob
-	// HeldSince is when the checkpoint last moved (or the job was created,
-	// when later); HeldSeconds how long ago that was by the database's
-	// clock.
-	HeldSince   time.Time `json:"held_since"`
-	HeldSeconds float64   `json:"held_seconds"`
-	// LaneBlockedBy is what a pending holder's lane waits for: the lane's
-	// job in flight or its dead letter.
-	LaneBlockedBy *StatusJob `json:"lane_blocked_by,omitempty"`
-	// Stuck: the holder, or what blocks its lane, has failed, waits for a
-	// retry or is a dead letter, or the checkpoint has stood still for
-	// StatusStuckAfter.
-	Stuck bool `json:"stuck"`
-}
-
-// Blocker is what blocks the holder's lane, or else the holder itself: the
-// job to look at.
-func (h *StatusHolder) Blocker() *StatusJob {
-	if h.LaneBlockedBy != nil {
-		return h.LaneBlockedBy
-	}
-	return &h.StatusJob
 }
 
 // Status reads a snapshot of the horizon and every pool in one read-only
@@ -495,7 +426,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		if err != nil {
 			return nil, err
 		}
-		sp.Holder = newStatusHolder(holder)
+		sp.Holder = redacted(holder)
 		if sp.Lag > 0 {
 			var age *float64
 			if err := tx.QueryRow(ctx, sqlStatusLagAge, max(p.Checkpoint, p.StartAfter), h.Horizon).Scan(&age); err != nil {
@@ -553,7 +484,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		return nil, err
 	}
 	for _, sp := range st.Pools {
-		if h := sp.Holder; h != nil && h.Stuck {
+		if h := sp.Holder; h != nil && h.Stuck() {
 			if e := h.Blocker().LastError; e != "" {
 				sp.LastError = e
 			}
@@ -580,32 +511,21 @@ func readRanges(ctx context.Context, tx pgx.Tx, query string) ([]StatusRange, er
 	return ranges, err
 }
 
-func newStatusJob(j checkpoint.Job, at time.Time) StatusJob {
-	r := StatusJob{JobID: j.ID, GlobalSequence: j.Sequence, State: j.State, DeadLetter: j.DeadLetter,
-		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, LastError: redact.Text(j.LastError), Lane: j.Lane}
-	if (r.State == bustype.JobStateRetryable || r.State == bustype.JobStateScheduled) && !j.ScheduledAt.IsZero() {
-		next := j.ScheduledAt
-		r.NextAttemptAt = &next
-		r.NextAttemptIn = j.ScheduledAt.Sub(at)
-	}
-	if !j.DiscardedAt.IsZero() {
-		d := j.DiscardedAt
-		r.DiscardedAt = &d
-	}
-	return r
-}
-
-func newStatusHolder(h *checkpoint.Holder) *StatusHolder {
+// redacted returns a copy of h, nil or not, whose errors have the
+// credentials of any URL in them masked: Status shows its holders to
+// operators and scripts, as it does the pools' LastError.
+func redacted(h *checkpoint.Holder) *checkpoint.Holder {
 	if h == nil {
 		return nil
 	}
-	r := &StatusHolder{StatusJob: newStatusJob(h.Job, h.At), HeldSince: h.HeldSince, HeldSeconds: h.HeldFor().Seconds()}
+	r := *h
+	r.LastError = redact.Text(r.LastError)
 	if h.LaneBlocker != nil {
-		b := newStatusJob(*h.LaneBlocker, h.At)
-		r.LaneBlockedBy = &b
+		b := *h.LaneBlocker
+		b.LastError = redact.Text(b.LastError)
+		r.LaneBlocker = &b
 	}
-	r.Stuck = h.HeldFor() >= StatusStuckAfter || r.Troubled() || (r.LaneBlockedBy != nil && r.LaneBlockedBy.Troubled())
-	return r
+	return &r
 }
 
 // readProcesses reads the processes' reports (migration 021) that have not
@@ -656,7 +576,7 @@ func readProcesses(ctx context.Context, tx pgx.Tx) ([]*StatusProcess, error) {
 
 // readRunningStuck sets each pool's WorkerSlots, RunningStuck and
 // RunningAboveWorkers: the jobs River shows running for longer than
-// StatusStuckAfter, per queue, against the slots the listed processes
+// checkpoint.StuckAfter, per queue, against the slots the listed processes
 // report for it. Every job a River client runs holds one of its slots, so
 // those beyond the slots run nowhere.
 func readRunningStuck(ctx context.Context, tx pgx.Tx, st *Status) error {
@@ -673,7 +593,7 @@ func readRunningStuck(ctx context.Context, tx pgx.Tx, st *Status) error {
 		pool, queue string
 		n           int64
 	)
-	rows, err := tx.Query(ctx, sqlStatusRunningStuck, StatusStuckAfter)
+	rows, err := tx.Query(ctx, sqlStatusRunningStuck, checkpoint.StuckAfter)
 	if err != nil {
 		return fmt.Errorf("count running jobs: %w", err)
 	}

@@ -83,8 +83,8 @@ func TestStatusShowsFailingOperations(t *testing.T) {
 	require.Contains(t, string(out), `"operation":"River complete"`)
 
 	// River keeps fetching while nothing completes: more jobs run than the
-	// 2 slots hold. Once they have run for over StatusStuckAfter (aged here
-	// as a minute of this would), the pool is flagged.
+	// 2 slots hold. Once they have run for over checkpoint.StuckAfter (aged
+	// here as a minute of this would), the pool is flagged.
 	testwait.Eventually(t, 30*time.Second, func() bool {
 		st, err = admin.Status(ctx)
 		require.NoError(t, err)

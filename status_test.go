@@ -104,9 +104,9 @@ func TestClientStatus(t *testing.T) {
 	require.Equal(t, int64(3), ledger.Lag, "no worker runs it")
 	require.Equal(t, int64(3), ledger.Jobs[bustype.JobStateAvailable], "three keys, three lanes")
 	require.NotNil(t, ledger.Holder)
-	require.Equal(t, int64(1), ledger.Holder.GlobalSequence)
+	require.Equal(t, int64(1), ledger.Holder.Sequence)
 	require.Equal(t, bustype.JobStateAvailable, ledger.Holder.State)
-	require.False(t, ledger.Holder.Stuck, "held for less than StatusStuckAfter by a job that has not failed")
+	require.False(t, ledger.Holder.Stuck(), "held for less than checkpoint.StuckAfter by a job that has not failed")
 	require.Equal(t, "a", *ledger.Holder.Lane)
 
 	later := st.Pool("later")

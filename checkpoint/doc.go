@@ -1,9 +1,12 @@
 // Package checkpoint computes how far each pool's handlers have got, names
 // the job that holds a pool back, and holds what riverbus.Client's
-// CheckpointX methods return (Status, Holder, Job, WaitOpts). The client
-// runs the Advancer while started and answers the CheckpointX methods with
-// Get, GetHolder and WaitFor; docs/design.md explains why the checkpoint is
-// safe to prune below.
+// CheckpointX methods return (Status, Holder, Job, WaitOpts). Holder and Job
+// are also what riverbus.Client.Status reports for each pool
+// (StatusPool.Holder), so one type answers "what holds the pool" wherever it
+// is asked; their JSON is that of `riverbus status --json`. The client runs
+// the Advancer while started and answers the CheckpointX methods with Get,
+// GetHolder and WaitFor; docs/design.md explains why the checkpoint is safe
+// to prune below.
 //
 // A pool's checkpoint is the highest global sequence C such that every job
 // of the pool for an event ≤ C is finished (completed, discarded as a dead
@@ -63,6 +66,13 @@
 // then names what the lane waits for: the lane's job in flight or, in a pool
 // whose OnDeadLetter is bustype.DeadLetterBlock, its dead letter.
 // `riverbus status` and the metrics show it.
+//
+// Holder.Stuck says when a holder is worth an operator's attention: it, or
+// what blocks its lane, has failed, waits for a retry or is a dead letter
+// (Job.Troubled), or the checkpoint has stood still for StuckAfter.
+// Holder.Stalled says when its failure stalls the pool (StalledAfter), and
+// Job.NextAttempt with Holder.Until when the next attempt comes, by the
+// database's clock.
 //
 // # Waiting
 //

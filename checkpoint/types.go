@@ -79,6 +79,73 @@ func (h *Holder) HeldFor() time.Duration {
 	return max(h.At.Sub(h.HeldSince), 0)
 }
 
+// StuckAfter is how long a pool's checkpoint may stand still behind a job
+// that has not failed before Holder.Stuck calls it stuck (a handler that
+// hangs, a worker that is not running). riverbus.Status applies it to the
+// jobs River shows running and to a horizon that does not move as well.
+const StuckAfter = time.Minute
+
+// StalledAfter is how long a failed job must have held a pool's
+// checkpoint, or must wait for its next attempt, before Holder.Stalled says
+// it stalls the pool (riverbus.PoolConditionStalled). It is shorter than
+// StuckAfter: a failed job needs no time to be noticed, only enough that a
+// retry within seconds does not count.
+const StalledAfter = 10 * time.Second
+
+// NextAttempt returns the time of the job's next attempt, ScheduledAt, and
+// true for a retryable or scheduled job; false otherwise, where ScheduledAt
+// is no attempt to wait for (an available job's is when it became
+// available).
+func (j *Job) NextAttempt() (time.Time, bool) {
+	if (j.State == bustype.JobStateRetryable || j.State == bustype.JobStateScheduled) && !j.ScheduledAt.IsZero() {
+		return j.ScheduledAt, true
+	}
+	return time.Time{}, false
+}
+
+// Troubled reports whether the job has failed, waits for a retry, or is a
+// dead letter: a reason to look at it, however briefly it has held.
+func (j *Job) Troubled() bool {
+	return j.DeadLetter || j.LastError != "" || j.State == bustype.JobStateRetryable || j.State == bustype.JobStateScheduled
+}
+
+// Until is how long from At, when the holder was read, until t, by the
+// database's clock: "next attempt in 20s" for a job's NextAttempt, right
+// however far the local clock is off.
+func (h *Holder) Until(t time.Time) time.Duration {
+	return t.Sub(h.At)
+}
+
+// Blocker is the job to look at: what blocks the holder's lane, or else the
+// holder itself.
+func (h *Holder) Blocker() *Job {
+	if h.LaneBlocker != nil {
+		return h.LaneBlocker
+	}
+	return &h.Job
+}
+
+// Stuck reports whether the holder, or what blocks its lane, is Troubled,
+// or the checkpoint has stood still for StuckAfter: the holder is worth an
+// operator's attention (`riverbus status` names it then).
+func (h *Holder) Stuck() bool {
+	return h.HeldFor() >= StuckAfter || h.Troubled() || (h.LaneBlocker != nil && h.LaneBlocker.Troubled())
+}
+
+// Stalled reports whether the holder stalls its pool: the job to look at
+// (Blocker) has failed, and it is a dead letter, or the checkpoint has
+// stood still for StalledAfter, or its next attempt is that far away. A
+// job that failed once and is retried within seconds does not stall its
+// pool.
+func (h *Holder) Stalled() bool {
+	b := h.Blocker()
+	if !b.Troubled() {
+		return false
+	}
+	next, ok := b.NextAttempt()
+	return b.DeadLetter || h.HeldFor() >= StalledAfter || (ok && h.Until(next) >= StalledAfter)
+}
+
 // WaitOpts are the optional settings of waiting for a pool's checkpoint to
 // reach a sequence (WaitFor, riverbus.Client.CheckpointWait). A nil
 // *WaitOpts means the defaults.

@@ -152,7 +152,7 @@ func whereItStands(client *riverbus.Client, pool string) string {
 	}
 	if h := p.Holder; h != nil {
 		j := h.Blocker()
-		fmt.Fprintf(&b, "; held by job %d (event %d, %s, attempt %d/%d", j.JobID, j.GlobalSequence, j.State, j.Attempt, j.MaxAttempts)
+		fmt.Fprintf(&b, "; held by job %d (event %d, %s, attempt %d/%d", j.ID, j.Sequence, j.State, j.Attempt, j.MaxAttempts)
 		if j.DeadLetter {
 			b.WriteString(", a dead letter")
 		}

@@ -14,29 +14,31 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
 )
 
 // summaryHeldMin is how long a stuck holder must have held its checkpoint
 // before the one-line summary of `riverbus run` names it.
 const summaryHeldMin = 10 * time.Second
 
-// describe is one job in words: "event 12, retryable, attempt 3/5, next
-// attempt 10:04:05 (in 20s), last error "…"".
-func describe(j *riverbus.StatusJob) string {
+// describe is one job in words, j the holder h or what blocks its lane:
+// "event 12, retryable, attempt 3/5, next attempt 10:04:05 (in 20s), last
+// error "…"".
+func describe(h *checkpoint.Holder, j *checkpoint.Job) string {
 	state := j.State
 	if j.DeadLetter {
 		state = "dead letter"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "event %d, %s", j.GlobalSequence, state)
+	fmt.Fprintf(&b, "event %d, %s", j.Sequence, state)
 	if j.Lane != nil {
 		fmt.Fprintf(&b, " in lane \"%s\"", safe(*j.Lane))
 	}
 	fmt.Fprintf(&b, ", attempt %d/%d", j.Attempt, j.MaxAttempts)
-	if j.NextAttemptAt != nil {
-		fmt.Fprintf(&b, ", next attempt %s (in %s)", j.NextAttemptAt.Local().Format("15:04:05"), max(j.NextAttemptIn, 0).Round(time.Second))
+	if next, ok := j.NextAttempt(); ok {
+		fmt.Fprintf(&b, ", next attempt %s (in %s)", next.Local().Format("15:04:05"), max(h.Until(next), 0).Round(time.Second))
 	}
-	if j.DiscardedAt != nil {
+	if !j.DiscardedAt.IsZero() {
 		fmt.Fprintf(&b, ", discarded %s", j.DiscardedAt.Local().Format("15:04:05"))
 	}
 	if j.LastError != "" {
@@ -49,17 +51,17 @@ func describe(j *riverbus.StatusJob) string {
 // stuck does.
 func holderLine(p *riverbus.StatusPool) string {
 	h := p.Holder
-	if h == nil || !h.Stuck {
+	if h == nil || !h.Stuck() {
 		return ""
 	}
 	line := fmt.Sprintf("%s: checkpoint %d held for %s by job %d (%s)", p.Name, p.Checkpoint,
-		time.Duration(h.HeldSeconds*float64(time.Second)).Round(time.Second), h.JobID, describe(&h.StatusJob))
-	switch b := h.LaneBlockedBy; {
+		h.HeldFor().Round(time.Second), h.ID, describe(h, &h.Job))
+	switch b := h.LaneBlocker; {
 	case b != nil && b.DeadLetter:
 		line += fmt.Sprintf(", whose lane waits for dead letter %d (%s): `riverbus dlq retry %d` or `riverbus dlq purge %d` frees it",
-			b.JobID, describe(b), b.JobID, b.JobID)
+			b.ID, describe(h, b), b.ID, b.ID)
 	case b != nil:
-		line += fmt.Sprintf(", whose lane waits for job %d (%s)", b.JobID, describe(b))
+		line += fmt.Sprintf(", whose lane waits for job %d (%s)", b.ID, describe(h, b))
 	case h.State == "retryable" && h.Attempt < h.MaxAttempts:
 		line += fmt.Sprintf("; after attempt %d it becomes a dead letter", h.MaxAttempts)
 	}
@@ -97,16 +99,16 @@ func aheadLine(r *riverbus.Status, p *riverbus.StatusPool) string {
 // worth a mention every few seconds).
 func heldSummary(p *riverbus.StatusPool) string {
 	h := p.Holder
-	if h == nil || !h.Stuck || h.HeldSeconds < summaryHeldMin.Seconds() {
+	if h == nil || !h.Stuck() || h.HeldFor() < summaryHeldMin {
 		return ""
 	}
 	b := h.Blocker()
 	if b.DeadLetter {
-		return fmt.Sprintf(" held by dead letter %d (event %d)", b.JobID, b.GlobalSequence)
+		return fmt.Sprintf(" held by dead letter %d (event %d)", b.ID, b.Sequence)
 	}
-	s := fmt.Sprintf(" held by job %d (event %d, %s %d/%d", b.JobID, b.GlobalSequence, b.State, b.Attempt, b.MaxAttempts)
-	if b.NextAttemptAt != nil {
-		s += fmt.Sprintf(", next in %s", max(b.NextAttemptIn, 0).Round(time.Second))
+	s := fmt.Sprintf(" held by job %d (event %d, %s %d/%d", b.ID, b.Sequence, b.State, b.Attempt, b.MaxAttempts)
+	if next, ok := b.NextAttempt(); ok {
+		s += fmt.Sprintf(", next in %s", max(h.Until(next), 0).Round(time.Second))
 	}
 	return s + ")"
 }
@@ -150,7 +152,7 @@ func oneLine(r *riverbus.Status) string {
 func render(w io.Writer, r, prev *riverbus.Status) error {
 	fmt.Fprintf(w, "horizon %d (last sequence handed out %d, last committed %d)  open gaps %d  skipped and watched %d\n",
 		r.Horizon, r.LastSequence, r.LastCommitted, r.OpenGaps, r.WatchedSkipped)
-	if stalled := time.Duration(r.HorizonAgeSeconds * float64(time.Second)); r.LastCommitted > r.Horizon && stalled >= riverbus.StatusStuckAfter {
+	if stalled := time.Duration(r.HorizonAgeSeconds * float64(time.Second)); r.LastCommitted > r.Horizon && stalled >= checkpoint.StuckAfter {
 		fmt.Fprintf(w, "HORIZON STALLED: committed events up to %d wait above the horizon, which has not changed for %s: "+
 			"is a fan-out running (riverbus fanout or riverbus run)? Else an open gap or a problem below holds it.\n",
 			r.LastCommitted, stalled.Round(time.Second))
@@ -361,7 +363,7 @@ func runningLine(p *riverbus.StatusPool) string {
 	return fmt.Sprintf("%s: RUNNING ABOVE WORKERS: %d jobs running for over %s, %d more than %s, so no worker runs them: "+
 		"their completions failed (see ERROR lines) or their workers died, and River's rescuer has not retried them yet. "+
 		"The checkpoint (and an ordered pool's lanes) wait for them.",
-		safe(p.Name), p.RunningStuck, riverbus.StatusStuckAfter, p.RunningAboveWorkers, slots)
+		safe(p.Name), p.RunningStuck, checkpoint.StuckAfter, p.RunningAboveWorkers, slots)
 }
 
 // seconds is a duration in seconds, rounded for people.

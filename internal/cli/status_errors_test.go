@@ -65,7 +65,7 @@ func TestStatusShowsFailingCompletions(t *testing.T) {
 	}, "status does not name the failing completions; last output:\n%s\nwork's stderr:\n%s", &last, &errOut)
 
 	// The worker keeps fetching while nothing completes: more jobs run
-	// than its 2 slots can hold. Age them past StatusStuckAfter, as a
+	// than its 2 slots can hold. Age them past checkpoint.StuckAfter, as a
 	// minute of this would.
 	testwait.Eventually(t, 30*time.Second, func() bool {
 		var running int

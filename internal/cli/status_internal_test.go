@@ -13,6 +13,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
 )
 
 func TestProgressBar(t *testing.T) {
@@ -29,7 +30,7 @@ func TestProgressBar(t *testing.T) {
 
 // A horizon that stands still below committed events says so, and what to
 // look at; one that is only idle (nothing committed above it), or that
-// changed less than StatusStuckAfter ago, does not.
+// changed less than checkpoint.StuckAfter ago, does not.
 func TestRenderHorizonStalled(t *testing.T) {
 	for _, tc := range []struct {
 		committed int64
@@ -37,8 +38,8 @@ func TestRenderHorizonStalled(t *testing.T) {
 		stalled   bool
 	}{
 		{committed: 150, age: 125, stalled: true},
-		{committed: 100, age: 3600},                                    // idle
-		{committed: 150, age: riverbus.StatusStuckAfter.Seconds() - 1}, // a gap held for less
+		{committed: 100, age: 3600},                                // idle
+		{committed: 150, age: checkpoint.StuckAfter.Seconds() - 1}, // a gap held for less
 	} {
 		var out bytes.Buffer
 		require.NoError(t, render(&out, &riverbus.Status{Horizon: 100, LastSequence: 151, LastCommitted: tc.committed, HorizonAgeSeconds: tc.age}, nil))
@@ -59,12 +60,12 @@ func TestRenderHorizonStalled(t *testing.T) {
 // event.)
 func TestProgressNeverGoesBackwards(t *testing.T) {
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	retrying := &riverbus.StatusHolder{StatusJob: riverbus.StatusJob{JobID: 77, GlobalSequence: 7001, State: "retryable", Attempt: 3, MaxAttempts: 5,
-		LastError: "decode: \x1b[2Jboom"}, HeldSeconds: 20, Stuck: true}
+	retrying := &checkpoint.Holder{Job: checkpoint.Job{ID: 77, Sequence: 7001, State: "retryable", Attempt: 3, MaxAttempts: 5,
+		LastError: "decode: \x1b[2Jboom"}, HeldSince: start, At: start.Add(20 * time.Second)}
 	frames := []struct {
 		checkpoint, horizon int64
 		completed           int64
-		holder              *riverbus.StatusHolder
+		holder              *checkpoint.Holder
 		want                string
 	}{
 		{5000, 10_000, 600, nil, "catching up"},     // 50.0%
@@ -128,11 +129,13 @@ func TestDemoPoisonIsADeadLetterWithinSeconds(t *testing.T) {
 // for a blocked lane, the dead letter it waits for.
 func TestSummaryNamesHolder(t *testing.T) {
 	lane := "customer-1"
-	blocked := &riverbus.StatusHolder{StatusJob: riverbus.StatusJob{JobID: 12, GlobalSequence: 4, State: "pending", MaxAttempts: 2, Lane: &lane},
-		LaneBlockedBy: &riverbus.StatusJob{JobID: 9, GlobalSequence: 3, State: "discarded", DeadLetter: true, Attempt: 2, MaxAttempts: 2, Lane: &lane},
-		Stuck:         true, HeldSeconds: 5}
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	blocked := &checkpoint.Holder{Job: checkpoint.Job{ID: 12, Sequence: 4, State: "pending", MaxAttempts: 2, Lane: &lane},
+		LaneBlocker: &checkpoint.Job{ID: 9, Sequence: 3, State: "discarded", DeadLetter: true, Attempt: 2, MaxAttempts: 2, Lane: &lane},
+		HeldSince:   since, At: since.Add(5 * time.Second)}
+	require.True(t, blocked.Stuck(), "its lane waits for a dead letter")
 	r := &riverbus.Status{Horizon: 10, Pools: []*riverbus.StatusPool{{Name: "ledger", Status: "active", Lag: 7, Holder: blocked}}}
 	require.NotContains(t, oneLine(r), "held by", "not yet: held for 5s")
-	blocked.HeldSeconds = 30
+	blocked.At = since.Add(30 * time.Second)
 	require.Contains(t, oneLine(r), "| ledger lag 7 done 0 held by dead letter 9 (event 3)")
 }

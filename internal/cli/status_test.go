@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/outbox"
@@ -118,6 +119,16 @@ func TestStatusNamesCheckpointHolder(t *testing.T) {
 	require.NotNil(t, b.DiscardedAt)
 	require.Equal(t, "ledger rejected the entry", b.LastError)
 	require.Equal(t, "ledger rejected the entry", ledger.LastError)
+
+	// The JSON reads back into a riverbus.Status (checkpoint.Holder's
+	// UnmarshalJSON), which writes it again unchanged.
+	var full riverbus.Status
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &full))
+	again, err := json.Marshal(&full)
+	require.NoError(t, err)
+	require.JSONEq(t, r.stdout, string(again))
+	require.True(t, full.Pool("billing").Holder.Stuck())
+	require.Equal(t, ledgerDead, full.Pool("ledger").Holder.Blocker().ID)
 
 	r = ok(t, run(t, dbURL, "status"))
 	require.Regexp(t, `billing: checkpoint 0 held for \S+ by job `+itoa(billingJob)+

@@ -214,7 +214,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		emit(ch, descPoolAhead, prometheus.GaugeValue, float64(p.AheadOfLog), p.Name)
 		held, attempts := 0.0, 0
 		if p.Holder != nil {
-			held, attempts = p.Holder.HeldSeconds, p.Holder.Attempt
+			held, attempts = p.Holder.HeldFor().Seconds(), p.Holder.Attempt
 		}
 		emit(ch, descPoolHeld, prometheus.GaugeValue, held, p.Name)
 		emit(ch, descPoolHolderTry, prometheus.GaugeValue, float64(attempts), p.Name)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/checkpoint"
 )
 
 // PagePath is where the riverbus page is served, beside River UI: the
@@ -131,7 +132,7 @@ type pageView struct {
 	RefreshEvery time.Duration
 	Pools        []poolView
 	// HorizonStalled: committed events wait above a horizon that has not
-	// moved for riverbus.StatusStuckAfter.
+	// moved for checkpoint.StuckAfter.
 	HorizonStalled bool
 	Troubles       []string
 }
@@ -149,7 +150,7 @@ type poolView struct {
 }
 
 type jobView struct {
-	*riverbus.StatusJob
+	*checkpoint.Job
 	URL  string
 	Next string // "12:04:05 (in 20s)", "" when no attempt is scheduled
 }
@@ -162,7 +163,7 @@ func (p *page) view(st *riverbus.Status, err error) *pageView {
 	if st == nil {
 		return v
 	}
-	v.HorizonStalled = st.LastCommitted > st.Horizon && st.HorizonAgeSeconds >= riverbus.StatusStuckAfter.Seconds()
+	v.HorizonStalled = st.LastCommitted > st.Horizon && st.HorizonAgeSeconds >= checkpoint.StuckAfter.Seconds()
 	for _, sp := range st.Pools {
 		pv := poolView{StatusPool: sp,
 			JobsURL:        p.riverUI + "jobs?" + url.Values{"kind": {sp.Name}}.Encode(),
@@ -171,11 +172,11 @@ func (p *page) view(st *riverbus.Status, err error) *pageView {
 			Jobs:           jobCounts(sp.Jobs),
 		}
 		if h := sp.Holder; h != nil {
-			pv.Holder = p.job(&h.StatusJob)
-			if h.LaneBlockedBy != nil {
-				pv.Blocker = p.job(h.LaneBlockedBy)
+			pv.Holder = p.job(h, &h.Job)
+			if h.LaneBlocker != nil {
+				pv.Blocker = p.job(h, h.LaneBlocker)
 			}
-			pv.HeldFor = time.Duration(h.HeldSeconds * float64(time.Second)).Round(time.Second).String()
+			pv.HeldFor = h.HeldFor().Round(time.Second).String()
 		}
 		if e := sp.LastError; e != "" && (pv.Holder == nil || e != pv.Holder.LastError) && (pv.Blocker == nil || e != pv.Blocker.LastError) {
 			pv.OtherError = e
@@ -200,10 +201,11 @@ func (p *page) view(st *riverbus.Status, err error) *pageView {
 	return v
 }
 
-func (p *page) job(j *riverbus.StatusJob) *jobView {
-	jv := &jobView{StatusJob: j, URL: p.riverUI + "jobs/" + strconv.FormatInt(j.JobID, 10)}
-	if j.NextAttemptAt != nil {
-		jv.Next = fmt.Sprintf("%s (in %s)", j.NextAttemptAt.Local().Format("15:04:05"), max(j.NextAttemptIn, 0).Round(time.Second))
+// job is j, the holder h or what blocks its lane, as the page shows it.
+func (p *page) job(h *checkpoint.Holder, j *checkpoint.Job) *jobView {
+	jv := &jobView{Job: j, URL: p.riverUI + "jobs/" + strconv.FormatInt(j.ID, 10)}
+	if next, ok := j.NextAttempt(); ok {
+		jv.Next = fmt.Sprintf("%s (in %s)", next.Local().Format("15:04:05"), max(h.Until(next), 0).Round(time.Second))
 	}
 	return jv
 }

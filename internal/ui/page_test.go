@@ -84,7 +84,7 @@ func pageSetup(t *testing.T) *pageBundle {
 		if st.Pool("billing").Lag != 3 || h == nil || h.Attempt != 1 || h.State != bustype.JobStateRetryable {
 			return false
 		}
-		pb.holder = h.JobID
+		pb.holder = h.ID
 		return true
 	}, "billing did not reach lag 3, or ledger's first job did not fail")
 	return pb
