@@ -58,7 +58,7 @@ type Client struct {
 	// gate stops every part of the Client when the schema needs newer
 	// code: the fan-out's rounds and batches and retention's find out in
 	// their transactions, watcher for the workers.
-	gate    *upgrade.Gate
+	gate    *migrations.Gate
 	watcher *upgrade.Watcher
 	// haltCancel ends the stop the gate began (halt), so that Stop's own
 	// deadline applies. Guarded by haltMu, not mu, which that stop holds.
@@ -91,10 +91,15 @@ func NewClient(db *pgxpool.Pool, cfg *Config) (*Client, error) {
 	c.Fanout.Logger = slog.New(health.NewHandler(c.Fanout.Logger.Handler(), failures, false))
 	c.Work.Logger = slog.New(health.NewHandler(cmp.Or(c.Work.Logger, slog.Default()).Handler(), failures, true))
 	// Build the parts now, so a bad field is reported before Start.
-	client := &Client{db: db, cfg: c, logger: c.Logger, failures: failures, gate: upgrade.NewGate(c.schemaCode)}
+	client := &Client{db: db, cfg: c, logger: c.Logger, failures: failures, gate: migrations.NewGate(c.schemaCode)}
 	client.watcher = &upgrade.Watcher{DB: db, Gate: client.gate, Logger: c.Logger}
 	if !c.FanoutDisabled {
-		if client.fanout, err = fanout.NewWithGate(db, &c.Fanout, client.gate); err != nil {
+		// The fan-out shares the client's gate: its rounds and batches
+		// stop with the client's other parts when the schema needs newer
+		// code.
+		fc := c.Fanout
+		fc.Gate = client.gate
+		if client.fanout, err = fanout.New(db, &fc); err != nil {
 			return nil, fmt.Errorf("riverbus: Fanout: %w", err)
 		}
 		client.advancer, err = checkpoint.NewAdvancer(db, &checkpoint.AdvancerConfig{

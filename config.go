@@ -19,7 +19,9 @@ const CheckpointIntervalDefault = 250 * time.Millisecond
 // Config configures a Client. Zero fields take their defaults; NewClient
 // copies it.
 type Config struct {
-	// Fanout configures the horizon and the fan-out this Client runs.
+	// Fanout configures the horizon and the fan-out this Client runs. Its
+	// Gate is ignored: the fan-out shares the Client's own, so that it
+	// stops with the Client's other parts.
 	Fanout fanout.Config
 
 	// FanoutDisabled makes Start run no horizon, fan-out or maintenance:

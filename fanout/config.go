@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // The defaults of Config's fields, each named by its field's doc.
@@ -63,6 +65,15 @@ type Config struct {
 	// Nil: no spans. Either way each job carries its event's trace context
 	// in its metadata, so a handler continues the append's trace.
 	TracerProvider trace.TracerProvider
+	// Gate is what the fan-out's rounds and batches check the schema's
+	// version against (each runs migrations.SQLSchemaCheck first) and
+	// stop, with the rest of the process, once the schema needs newer code
+	// than the gate's: a rolling upgrade migrated the database. A process
+	// that runs other delivering parts beside the fan-out gives them all
+	// one gate; a riverbus.Client sets its own here, whatever the field
+	// held. Default: nil, a gate of its own for this build's schema
+	// (migrations.NewGate(0)).
+	Gate *migrations.Gate
 }
 
 // BatchResult describes one committed pool batch.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/tracing"
-	"github.com/riverbus/riverbus/internal/upgrade"
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // SetGroupPartBounds sets the most events and JSON bytes of one part of a
@@ -52,7 +52,7 @@ func (f *Fanout) FanOutPool(ctx context.Context, name string) (BatchResult, bool
 func (f *Fanout) UsesPlainPath(pool string) bool { return f.usesPlainPath(pool) }
 
 // Gate returns the gate the fan-out's rounds and batches check.
-func (f *Fanout) Gate() *upgrade.Gate { return f.gate }
+func (f *Fanout) Gate() *migrations.Gate { return f.gate }
 
 // LockHeld is lockHeld.
 func (s *HorizonService) LockHeld() (since time.Time, holders []database.LockHolder) {

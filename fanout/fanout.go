@@ -19,7 +19,7 @@ import (
 	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/lanes"
 	"github.com/riverbus/riverbus/internal/service"
-	"github.com/riverbus/riverbus/internal/upgrade"
+	"github.com/riverbus/riverbus/migrations"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -70,8 +70,8 @@ type Fanout struct {
 	// Config.TracerProvider (telemetry.go).
 	tracer trace.Tracer
 	// gate stops the rounds and batches once the schema needs newer code
-	// (every one checks it first).
-	gate *upgrade.Gate
+	// (every one checks it first): Config.Gate, or one of its own.
+	gate *migrations.Gate
 }
 
 // Services are the fan-out's long-running parts. Each Run blocks until its
@@ -98,19 +98,12 @@ func (s *Services) All() []service.Service {
 
 // New validates cfg and returns a Fanout. It does not touch the database.
 func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
-	return NewWithGate(db, cfg, nil)
-}
-
-// NewWithGate is New with the gate its rounds and batches check the
-// schema's version against, shared with the rest of the process (nil: a
-// gate of its own, for this build's schema).
-func NewWithGate(db *pgxpool.Pool, cfg *Config, gate *upgrade.Gate) (*Fanout, error) {
-	if gate == nil {
-		gate = upgrade.NewGate(0)
-	}
 	c := Config{}
 	if cfg != nil {
 		c = *cfg
+	}
+	if c.Gate == nil {
+		c.Gate = migrations.NewGate(0)
 	}
 	c.GapTimeout = cmp.Or(c.GapTimeout, GapTimeoutDefault)
 	c.GapCheckInterval = cmp.Or(c.GapCheckInterval, GapCheckIntervalDefault)
@@ -149,13 +142,13 @@ func NewWithGate(db *pgxpool.Pool, cfg *Config, gate *upgrade.Gate) (*Fanout, er
 		db: db, cfg: c, logger: logger.With("component", "fanout"),
 		stats: Stats{EventsFannedOut: map[string]int64{}, LateDelivered: map[string]int64{}, Undeliverable: map[string]int64{}},
 		plain: map[string]plainKind{}, heads: map[string]int64{}, jobsAt: map[string]time.Time{},
-		tracer: newTracer(c.TracerProvider), gate: gate,
+		tracer: newTracer(c.TracerProvider), gate: c.Gate,
 	}
 	s := &f.services
 	s.Retirer = newRetirer(db, &retirerConfig{Logger: f.logger})
 	s.Horizon = newHorizonService(db, &horizonServiceConfig{
 		GapTimeout: c.GapTimeout, GapCheckInterval: c.GapCheckInterval, PollInterval: c.PollInterval,
-		Logger: f.logger, Fanout: f, Gate: gate,
+		Logger: f.logger, Fanout: f, Gate: c.Gate,
 	})
 	s.Pools = newPoolService(f, poolServiceConfig{
 		Workers: c.Workers, PollInterval: c.PollInterval, Logger: f.logger, OnLateFunc: s.Retirer.Wake,

@@ -17,7 +17,7 @@ import (
 	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/horizon"
 	"github.com/riverbus/riverbus/internal/service"
-	"github.com/riverbus/riverbus/internal/upgrade"
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // pageSizeDefault is the default of horizonServiceConfig.PageSize.
@@ -42,7 +42,7 @@ type horizonServiceConfig struct {
 	// Gate stops the service when the schema needs newer code than it
 	// knows (its rounds refuse then); nil means a gate of its own, for
 	// this build's schema.
-	Gate *upgrade.Gate
+	Gate *migrations.Gate
 	// Fanout is the fan-out this instance's rounds serve: the batches of
 	// its pools ride on them (roundParams.Rides), and it hears of every
 	// round this instance ran (Locked), from the goroutine that ran it, to
@@ -170,7 +170,7 @@ func newHorizonService(db *pgxpool.Pool, cfg *horizonServiceConfig) *HorizonServ
 		c.Logger = slog.Default()
 	}
 	if c.Gate == nil {
-		c.Gate = upgrade.NewGate(0)
+		c.Gate = migrations.NewGate(0)
 	}
 	return &HorizonService{db: db, cfg: c, wake: service.NewWake(), announceWake: service.NewWake()}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/riverbus/riverbus/internal/fanouttest"
 	"github.com/riverbus/riverbus/internal/pgtest"
 	"github.com/riverbus/riverbus/internal/testwait"
-	"github.com/riverbus/riverbus/internal/upgrade"
 	"github.com/riverbus/riverbus/migrations"
 )
 
@@ -29,8 +28,8 @@ func TestFanoutStopsWhenTheSchemaNeedsNewerCode(t *testing.T) {
 	code := migrations.Newest()
 
 	newFanout := func(code int) *fanout.Fanout {
-		f, err := fanout.NewWithGate(db, &fanout.Config{Logger: fanouttest.QuietLogger(), PollInterval: 50 * time.Millisecond},
-			upgrade.NewGate(code))
+		f, err := fanout.New(db, &fanout.Config{Logger: fanouttest.QuietLogger(), PollInterval: 50 * time.Millisecond,
+			Gate: migrations.NewGate(code)})
 		require.NoError(t, err)
 		return f
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/internal/upgrade"
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // exitSchemaTooNew is the exit code of a command that stopped, or would
@@ -34,7 +35,7 @@ func waitClient(ctx context.Context, client *riverbus.Client) error {
 // reads the schema's versions until ctx ends (nil) or the schema needs
 // newer code than this build, and then returns that error.
 func (a *app) watchSchema(ctx context.Context, db *pgxpool.Pool) error {
-	gate := upgrade.NewGate(0)
+	gate := migrations.NewGate(0)
 	ctx, cancel := gate.Context(ctx)
 	defer cancel()
 	_ = (&upgrade.Watcher{DB: db, Gate: gate, Logger: a.logger}).Run(ctx)

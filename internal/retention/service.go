@@ -10,7 +10,7 @@ import (
 	"github.com/riverbus/riverbus/internal/database"
 	"github.com/riverbus/riverbus/internal/health"
 	"github.com/riverbus/riverbus/internal/service"
-	"github.com/riverbus/riverbus/internal/upgrade"
+	"github.com/riverbus/riverbus/migrations"
 )
 
 // IntervalDefault is how often the service applies the policy by default.
@@ -32,7 +32,7 @@ type ServiceConfig struct {
 	// Gate stops the service when the schema needs newer code than it
 	// knows (its batches refuse then). Nil: a gate of its own, for this
 	// build's schema.
-	Gate *upgrade.Gate
+	Gate *migrations.Gate
 }
 
 // Service applies the retention policy every Interval (Trim), when one is
@@ -76,7 +76,7 @@ func NewService(db database.DB, cfg *ServiceConfig) (*Service, error) {
 		c.Logger = slog.Default()
 	}
 	if c.Gate == nil {
-		c.Gate = upgrade.NewGate(0)
+		c.Gate = migrations.NewGate(0)
 	}
 	return &Service{db: db, cfg: c}, nil
 }

@@ -5,10 +5,10 @@
 // Every delivering transaction (a horizon round, a pool batch, a retention
 // batch) runs migrations.SQLSchemaCheck first and fails with a
 // *migrations.SchemaTooNewError, before it changes anything, once the
-// schema needs newer code; the part that ran it stops its Gate. A Watcher
-// polls the versions for the parts that hold no such transaction (River
-// fetching pool jobs, the UI). Whoever runs the parts stops them all when
-// the Gate stops, and says why.
+// schema needs newer code; the part that ran it stops its migrations.Gate.
+// A Watcher polls the versions for the parts that hold no such transaction
+// (River fetching pool jobs, the UI). Whoever runs the parts stops them
+// all when the Gate stops, and says why.
 package upgrade
 
 import (
@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,80 +24,16 @@ import (
 	"github.com/riverbus/riverbus/migrations"
 )
 
-// Gate is what the delivering parts of one process share: the schema
-// version their code knows, and whether they stopped because the schema
-// needs newer code. Its methods are safe for concurrent use.
-type Gate struct {
-	code    int
-	once    sync.Once
-	stopped chan struct{}
-	err     *migrations.SchemaTooNewError
-}
-
-// NewGate returns an open Gate for code that knows schema version code;
-// zero means migrations.Newest(), this build's.
-func NewGate(code int) *Gate {
-	return &Gate{code: cmp.Or(code, migrations.Newest()), stopped: make(chan struct{})}
-}
-
-// Code is the schema version the gate's code knows: the parameter of
-// migrations.SQLSchemaCheck.
-func (g *Gate) Code() int { return g.code }
-
-// Stop stops the gate when err says the schema needs newer code (a
-// *migrations.SchemaTooNewError, or the check's SQLSTATE) and reports
-// whether it did; other errors leave it open. The first such error is the
-// one Err returns.
-func (g *Gate) Stop(err error) bool {
-	tooNew := migrations.AsSchemaTooNew(err)
-	if tooNew == nil {
-		return false
-	}
-	g.once.Do(func() {
-		g.err = tooNew
-		close(g.stopped)
-	})
-	return true
-}
-
-// Stopped returns a channel closed when the gate stops.
-func (g *Gate) Stopped() <-chan struct{} { return g.stopped }
-
-// Err returns the *migrations.SchemaTooNewError that stopped the gate, or
-// nil while it is open.
-func (g *Gate) Err() error {
-	select {
-	case <-g.stopped:
-		return g.err
-	default:
-		return nil
-	}
-}
-
-// Context returns a context cancelled when ctx ends or the gate stops: a
-// process runs its delivering parts under it.
-func (g *Gate) Context(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-g.stopped:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
-}
-
 // WatchIntervalDefault is how often a Watcher reads the schema's versions:
 // River's fetching and the UI stop within about this long of a migration
 // that needs newer code (the delivering transactions stop at once).
 const WatchIntervalDefault = time.Second
 
-// Watcher stops a Gate when the schema needs newer code, read every
+// Watcher stops a migrations.Gate when the schema needs newer code, read every
 // Interval (a plain read of riverbus_migration, no lock).
 type Watcher struct {
 	DB       *pgxpool.Pool
-	Gate     *Gate
+	Gate     *migrations.Gate
 	Interval time.Duration // zero: WatchIntervalDefault
 	Logger   *slog.Logger
 }

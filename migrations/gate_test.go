@@ -1,4 +1,4 @@
-package upgrade_test
+package migrations_test
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverbus/riverbus/internal/upgrade"
 	"github.com/riverbus/riverbus/migrations"
 )
 
@@ -17,7 +16,7 @@ import (
 // the first, and cancels the context it gave.
 func TestGateStopsOnlyForANewerSchema(t *testing.T) {
 	t.Parallel()
-	g := upgrade.NewGate(0)
+	g := migrations.NewGate(0)
 	require.Equal(t, migrations.Newest(), g.Code())
 	ctx, cancel := g.Context(context.Background())
 	defer cancel()
