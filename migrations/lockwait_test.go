@@ -19,7 +19,8 @@ import (
 // PUBLIC may use, and sits idle: its lock conflicts with the DDL of any
 // migration of the table. The migration waits its statement lock timeout,
 // fails naming the neighbour, and leaves nothing applied. (The bound leaves
-// the watch time to connect and look on a loaded shared test server.)
+// the watch time to connect and look on a shared test server loaded past
+// its cores: 5 s was once not enough for a new backend to answer.)
 func TestMigrationWaitNamesTheNeighbour(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,9 +45,9 @@ func TestMigrationWaitNamesTheNeighbour(t *testing.T) {
 	before, err := migrations.Version(ctx, owner)
 	require.NoError(t, err)
 	all = append(all, migrations.Migration{Version: 9999, Name: "alter_river_job", SQL: `ALTER TABLE river_job ADD COLUMN riverbus_test integer`})
-	upCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	upCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	_, err = migrations.UpWithMigrations(upCtx, owner, &migrations.UpOpts{StatementLockTimeout: 5 * time.Second}, all)
+	_, err = migrations.UpWithMigrations(upCtx, owner, &migrations.UpOpts{StatementLockTimeout: 15 * time.Second}, all)
 	var lockErr *database.LockWaitError
 	require.ErrorAs(t, err, &lockErr)
 	require.Equal(t, "migrate: apply 9999_alter_river_job", lockErr.Op)
@@ -55,7 +56,7 @@ func TestMigrationWaitNamesTheNeighbour(t *testing.T) {
 	require.Equal(t, int32(neighbour.Conn().PgConn().PID()), lockErr.Holders[0].PID)
 	require.Equal(t, name, lockErr.Holders[0].Role)
 	require.Equal(t, "neighbour", lockErr.Holders[0].ApplicationName)
-	require.Contains(t, err.Error(), fmt.Sprintf(`migrate: apply 9999_alter_river_job: waited 5s for lock on river_job held by pid %d (role %s, application_name "neighbour", idle in transaction for`,
+	require.Contains(t, err.Error(), fmt.Sprintf(`migrate: apply 9999_alter_river_job: waited 15s for lock on river_job held by pid %d (role %s, application_name "neighbour", idle in transaction for`,
 		neighbour.Conn().PgConn().PID(), name))
 	after, err := migrations.Version(ctx, owner)
 	require.NoError(t, err)
