@@ -23,6 +23,12 @@ const (
 	BatchBytesDefault = 64 << 20
 	// WorkersDefault is the default of Config.Workers.
 	WorkersDefault = 4
+	// MarkIntervalDefault is the default of Config.MarkInterval: a rewind
+	// to a time re-delivers, besides every event committed after it, those
+	// committed in about this long before it; and the marks it costs are
+	// at most one per interval while events arrive, some 6.3 million a
+	// year (docs/design.md §11).
+	MarkIntervalDefault = 5 * time.Second
 )
 
 // Config configures the fan-out that a riverbus.Client runs (its
@@ -54,6 +60,12 @@ type Config struct {
 	// Workers is how many pools this instance fans out at the same time.
 	// Default WorkersDefault.
 	Workers int
+	// MarkInterval is how often, at most, the horizon records when events
+	// committed by (a mark), for resets of a pool to a time
+	// (riverbus.Client.PoolResetToTime): such a reset re-delivers the
+	// events committed in up to about this long before the time too.
+	// Default MarkIntervalDefault; tests shorten it.
+	MarkInterval time.Duration
 	// Logger receives logs. Default: slog.Default().
 	Logger *slog.Logger
 	// OnBatch, when set, is called after each committed pool batch. Tests

@@ -117,6 +117,7 @@ func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
 	if c.Workers == 0 {
 		c.Workers = WorkersDefault
 	}
+	c.MarkInterval = cmp.Or(c.MarkInterval, MarkIntervalDefault)
 	switch {
 	case c.GapTimeout < 0:
 		return nil, fmt.Errorf("GapTimeout must be positive, got %s", c.GapTimeout)
@@ -130,6 +131,8 @@ func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
 		return nil, fmt.Errorf("BatchBytes must be positive, got %d", c.BatchBytes)
 	case c.Workers < 1:
 		return nil, fmt.Errorf("Workers must be at least 1, got %d", c.Workers)
+	case c.MarkInterval < 0:
+		return nil, fmt.Errorf("MarkInterval must be positive, got %s", c.MarkInterval)
 	}
 	if db == nil {
 		return nil, errors.New("New: db is nil")
@@ -148,7 +151,7 @@ func New(db *pgxpool.Pool, cfg *Config) (*Fanout, error) {
 	s.Retirer = newRetirer(db, &retirerConfig{Logger: f.logger})
 	s.Horizon = newHorizonService(db, &horizonServiceConfig{
 		GapTimeout: c.GapTimeout, GapCheckInterval: c.GapCheckInterval, PollInterval: c.PollInterval,
-		Logger: f.logger, Fanout: f, Gate: c.Gate,
+		MarkInterval: c.MarkInterval, Logger: f.logger, Fanout: f, Gate: c.Gate,
 	})
 	s.Pools = newPoolService(f, poolServiceConfig{
 		Workers: c.Workers, PollInterval: c.PollInterval, Logger: f.logger, OnLateFunc: s.Retirer.Wake,

@@ -37,6 +37,10 @@ type horizonServiceConfig struct {
 	// PageSize is how many visible sequences one round reads (0:
 	// pageSizeDefault).
 	PageSize int
+	// MarkInterval and MarkCap are the rounds' (roundParams); a zero
+	// MarkInterval marks with every round that moves the horizon.
+	MarkInterval time.Duration
+	MarkCap      int64
 	// Logger receives the rounds' warnings and the broken assumptions.
 	Logger *slog.Logger
 	// Gate stops the service when the schema needs newer code than it
@@ -210,6 +214,7 @@ func (s *HorizonService) Round(ctx context.Context) (RoundResult, error) {
 	res, err := advance(ctx, s.db, roundParams{
 		GapTimeout: s.cfg.GapTimeout, PageSize: s.cfg.PageSize, AgeShift: s.clock.Load().Shift(),
 		Rides: s.cfg.Fanout, Fast: true, Code: s.cfg.Gate.Code(),
+		MarkInterval: s.cfg.MarkInterval, MarkCap: s.cfg.MarkCap,
 		Head: s.head.Load(), Step: s.step.Load(),
 		// While the horizon waits at a gap most rounds move nothing, and
 		// batches riding on them would find nothing: none ride then.

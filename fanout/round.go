@@ -94,12 +94,27 @@ type roundParams struct {
 	// *migrations.SchemaTooNewError, when the schema needs newer code, and
 	// the round then changes nothing. Zero means migrations.Newest().
 	Code int
+	// MarkInterval is how long after the last mark of when events
+	// committed by (sqlHorizonMark) a round that moves the horizon writes
+	// the next. Zero writes one with every such round (tests); the fan-out
+	// sets Config.MarkInterval.
+	MarkInterval time.Duration
+	// MarkCap is the most marks kept (0: markCapDefault).
+	MarkCap int64
 	// AgeShift moves the database's clock forward for the gaps' ages: it
 	// is added to the time a gap is first seen and to the time its age is
 	// read. Zero (production) keeps the database's clock; tests set it
 	// from a Clock to pass a gap timeout without waiting for it.
 	AgeShift time.Duration
 }
+
+// markCapDefault is the default of roundParams.MarkCap: with a mark every
+// MarkIntervalDefault, about 116 days of marks while events never stop
+// (an idle log writes none), some 150 MB (docs/design.md §11). Retention
+// deletes them with the events first, on any log it trims sooner.
+const markCapDefault = 2_000_000
+
+func (p roundParams) markCap() int64 { return cmp.Or(p.MarkCap, markCapDefault) }
 
 // advance runs one horizon round (docs/design.md §2) unless another instance is
 // running one.
@@ -275,7 +290,8 @@ func round(ctx context.Context, q roundConn, own bool, params roundParams) (Roun
 		if late == nil {
 			late = []int64{}
 		}
-		b.Queue(sqlHorizonUpdate, w.horizon, w.provenDead, late, skipFirst, skipLast, skipBound).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlHorizonUpdate, w.horizon, w.provenDead, late, skipFirst, skipLast, skipBound,
+			params.MarkInterval.Seconds(), params.markCap()).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&res.Skipped, &res.Late)
 		})
 		if len(w.forgotten) > 0 {
@@ -467,7 +483,7 @@ func roundFast(ctx context.Context, c *pgx.Conn, params roundParams) (res RoundR
 	b.Queue(database.TxSettingsSQL)
 	b.Queue(sqlHorizonTryLock)
 	b.Queue(sqlHorizonRead, params.PageSize, params.AgeShift.Seconds())
-	b.Queue(sqlHorizonFast, params.PageSize)
+	b.Queue(sqlHorizonFast, params.PageSize, params.MarkInterval.Seconds(), params.markCap())
 	b.Queue("COMMIT")
 	var rideDone func(error)
 	if params.Rides != nil && params.HeadKnown {

@@ -83,10 +83,45 @@ run AS (
 		ORDER BY v.global_sequence LIMIT $1
 	) e WHERE e.s = h.horizon + e.n
 ),
-d AS (DELETE FROM riverbus_gap WHERE last_sequence <= (SELECT run.top FROM run))
+d AS (DELETE FROM riverbus_gap WHERE last_sequence <= (SELECT run.top FROM run)),
+mv AS (SELECT run.top, NULL::bigint AS new_skip, $2::float8 AS every, $3::bigint AS cap FROM run, h WHERE run.top > h.horizon),
+` + sqlHorizonMark + `
 UPDATE riverbus_horizon r SET horizon = run.top, updated_at = now()
 FROM run, h WHERE run.top > h.horizon
 RETURNING run.top`
+
+	// sqlHorizonMark is the part of the statements that move the horizon
+	// (sqlHorizonFast, sqlHorizonUpdate) that records when events committed
+	// by, for rewinds to a time (docs/design.md §11). Each statement defines
+	// mv first: one row when it moves the horizon, with top the new
+	// horizon, new_skip the first sequence of the ranges it skips (NULL:
+	// none), every the mark interval in seconds and cap the most marks
+	// kept; no row when it does not move it.
+	//
+	// The mark's time is clock_timestamp(), read while this statement runs:
+	// after the snapshot the new horizon was found in (this statement's,
+	// or the round's read, an earlier statement), so every event at or
+	// below committed_through had committed before it. committed_through
+	// is the new horizon, lowered below every skipped range, old or new: a
+	// sequence in one may still commit, and it would do so after the mark.
+	//
+	// A mark is written only when the last one is every seconds old (one
+	// index probe of the newest mark: no mark, no other cost), and a new
+	// mark deletes the oldest two when their number is cap behind it, which
+	// holds the table at cap marks without counting it.
+	sqlHorizonMark = `mk AS (
+	INSERT INTO riverbus_horizon_mark (at, committed_through)
+	SELECT clock_timestamp(), LEAST(mv.top, mv.new_skip - 1, (SELECT min(s.first_sequence) - 1 FROM riverbus_skipped s))
+	FROM mv
+	WHERE coalesce((SELECT max(m.at) FROM riverbus_horizon_mark m), '-infinity') <= clock_timestamp() - mv.every * interval '1 second'
+	ON CONFLICT (at) DO NOTHING
+	RETURNING n
+),
+mc AS (
+	DELETE FROM riverbus_horizon_mark m
+	WHERE m.at IN (SELECT o.at FROM riverbus_horizon_mark o ORDER BY o.at LIMIT 2)
+		AND m.n <= (SELECT mk.n - mv.cap FROM mk, mv)
+)`
 
 	// Of the xids a snapshot lists as running, the ones that may be writers
 	// of riverbus_event: all but those whose transaction is seen to run
@@ -167,7 +202,10 @@ lt AS (
 	ON CONFLICT (sequence) DO NOTHING
 	RETURNING 1
 ),
-n AS (SELECT coalesce((SELECT sum(n) FROM sk), 0) AS skipped, (SELECT count(*) FROM lt) AS late)
+n AS (SELECT coalesce((SELECT sum(n) FROM sk), 0) AS skipped, (SELECT count(*) FROM lt) AS late),
+mv AS (SELECT $1::bigint AS top, (SELECT min(f) FROM unnest($4::bigint[]) AS f) AS new_skip, $7::float8 AS every, $8::bigint AS cap
+	WHERE $1::bigint > (SELECT horizon FROM riverbus_horizon)),
+` + sqlHorizonMark + `
 UPDATE riverbus_horizon SET horizon = $1,
 	gaps_proven_dead = LEAST(gaps_proven_dead + $2::numeric, 9223372036854775807)::bigint,
 	gaps_skipped = LEAST(gaps_skipped + n.skipped, 9223372036854775807)::bigint,

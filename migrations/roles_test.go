@@ -188,6 +188,7 @@ func TestRolesGrants(t *testing.T) {
 			"riverbus_failover":              "SELECT",
 			"riverbus_gap":                   "DELETE,INSERT,SELECT",
 			"riverbus_horizon":               "SELECT,UPDATE",
+			"riverbus_horizon_mark":          "DELETE,INSERT,SELECT",
 			"riverbus_horizon_lock":          "UPDATE",
 			"riverbus_lane_lock":             "SELECT,UPDATE",
 			"riverbus_migration":             "SELECT",

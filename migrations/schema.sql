@@ -874,6 +874,14 @@ BEGIN
     UPDATE public.riverbus_retention SET trimmed_through = v_through, events_trimmed = events_trimmed + v_deleted,
       last_trimmed_at = now()
     WHERE trimmed_through < v_through;
+    -- The horizon's marks (024) that no rewind may use any more: those
+    -- older than the first whose committed_through reaches where the log
+    -- now begins (a rewind to a mark below it would owe events deleted
+    -- here). Marks are a few seconds apart, so these are the few of the
+    -- stretch of history this step deleted, and the index scan stops at
+    -- the first mark kept.
+    DELETE FROM public.riverbus_horizon_mark m
+    WHERE m.at < (SELECT k.at FROM public.riverbus_horizon_mark k WHERE k.committed_through >= v_through ORDER BY k.at LIMIT 1);
   ELSE
     SELECT count(*), min(coalesce(e.appended_at, LEAST(e.occurred_at, pol.appended_at_since))),
       max(coalesce(e.appended_at, LEAST(e.occurred_at, pol.appended_at_since)))
@@ -1241,6 +1249,29 @@ CREATE TABLE public.riverbus_horizon (
 COMMENT ON COLUMN public.riverbus_horizon.timeline IS 'The WAL timeline of the server the horizon was last fenced on (riverbus_failover_fence); NULL: not yet recorded';
 
 --
+-- Name: riverbus_horizon_mark; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.riverbus_horizon_mark (
+    at timestamp with time zone NOT NULL,
+    committed_through bigint NOT NULL,
+    n bigint NOT NULL
+);
+
+--
+-- Name: riverbus_horizon_mark_n_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.riverbus_horizon_mark ALTER COLUMN n ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.riverbus_horizon_mark_n_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: riverbus_lane_lock; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1538,6 +1569,13 @@ ALTER TABLE ONLY public.riverbus_failover
 
 ALTER TABLE ONLY public.riverbus_gap
     ADD CONSTRAINT riverbus_gap_pkey PRIMARY KEY (first_sequence);
+
+--
+-- Name: riverbus_horizon_mark riverbus_horizon_mark_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.riverbus_horizon_mark
+    ADD CONSTRAINT riverbus_horizon_mark_pkey PRIMARY KEY (at);
 
 --
 -- Name: riverbus_horizon riverbus_horizon_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -2196,6 +2234,12 @@ GRANT SELECT,INSERT,DELETE ON TABLE public.riverbus_gap TO riverbus_worker;
 --
 
 GRANT SELECT,UPDATE ON TABLE public.riverbus_horizon TO riverbus_worker;
+
+--
+-- Name: TABLE riverbus_horizon_mark; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT,DELETE ON TABLE public.riverbus_horizon_mark TO riverbus_worker;
 
 --
 -- Name: TABLE riverbus_lane_lock; Type: ACL; Schema: public; Owner: -

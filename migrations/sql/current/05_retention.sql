@@ -132,6 +132,14 @@ BEGIN
     UPDATE %1$I.riverbus_retention SET trimmed_through = v_through, events_trimmed = events_trimmed + v_deleted,
       last_trimmed_at = now()
     WHERE trimmed_through < v_through;
+    -- The horizon's marks (024) that no rewind may use any more: those
+    -- older than the first whose committed_through reaches where the log
+    -- now begins (a rewind to a mark below it would owe events deleted
+    -- here). Marks are a few seconds apart, so these are the few of the
+    -- stretch of history this step deleted, and the index scan stops at
+    -- the first mark kept.
+    DELETE FROM %1$I.riverbus_horizon_mark m
+    WHERE m.at < (SELECT k.at FROM %1$I.riverbus_horizon_mark k WHERE k.committed_through >= v_through ORDER BY k.at LIMIT 1);
   ELSE
     SELECT count(*), min(coalesce(e.appended_at, LEAST(e.occurred_at, pol.appended_at_since))),
       max(coalesce(e.appended_at, LEAST(e.occurred_at, pol.appended_at_since)))
