@@ -53,6 +53,17 @@ GROUP BY kind, queue`
 	sqlStatusGapRanges     = `SELECT first_sequence, last_sequence, first_seen_at FROM riverbus_gap ORDER BY first_sequence LIMIT $1`
 	sqlStatusSkippedRanges = `SELECT first_sequence, last_sequence, skipped_at FROM riverbus_skipped ORDER BY first_sequence LIMIT $1`
 
+	// Each pool's checkpoint time: when the newest event at or below its
+	// checkpoint (or its start, when higher, as for the lag) was appended,
+	// read as sqlStatusLagAge reads it; NULL when retention deleted every
+	// such event or there is none. One backward index probe per pool.
+	sqlStatusCheckpointTimes = `SELECT p.name, (SELECT coalesce(e.appended_at, LEAST(e.occurred_at, r.appended_at_since))
+	FROM riverbus_event e
+	WHERE e.global_sequence <= GREATEST(coalesce(c.checkpoint_seq, p.start_after), p.start_after)
+		AND e.global_sequence > r.trimmed_through
+	ORDER BY e.global_sequence DESC LIMIT 1)
+FROM riverbus_pool p LEFT JOIN riverbus_pool_checkpoint c ON c.pool = p.name CROSS JOIN riverbus_retention r`
+
 	// A pool's lag in time: how long ago the first event above its
 	// checkpoint ($1) and at or below the horizon ($2) was appended (as
 	// sqlStatusSequences reads it), in seconds; NULL when there is none.

@@ -259,6 +259,12 @@ type StatusPool struct {
 	// clock, the oldest event above the checkpoint (and at or below the
 	// horizon) was appended; 0 when there is none.
 	LagSeconds float64 `json:"lag_seconds"`
+	// CheckpointTime is the time the pool's position corresponds to: when
+	// the newest event at or below its checkpoint was appended, by the
+	// database's clock. A reset to it (PoolResetToTime) re-delivers from
+	// about the checkpoint on. Nil when no such event is in the log (none
+	// yet, or retention deleted them).
+	CheckpointTime *time.Time `json:"checkpoint_time,omitempty"`
 	// AheadOfLog is how far the pool's position (the highest of its
 	// cursor, checkpoint and start point) is above the end of the log: the
 	// last sequence handed out, or the horizon when higher. 0 normally.
@@ -445,6 +451,7 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		pool, state string
 		n, undeliv  int64
 		lastErr     *string
+		at          *time.Time
 	)
 	for _, q := range []struct {
 		what, sql string
@@ -462,6 +469,12 @@ func readStatus(ctx context.Context, tx pgx.Tx) (*Status, error) {
 		}},
 		{"count completed jobs", sqlStatusCompleted, []any{&pool, &n}, func(sp *StatusPool) {
 			sp.CompletedLastMinute = n
+		}},
+		{"read checkpoint times", sqlStatusCheckpointTimes, []any{&pool, &at}, func(sp *StatusPool) {
+			if at != nil {
+				t := *at
+				sp.CheckpointTime = &t
+			}
 		}},
 	} {
 		rows, err := tx.Query(ctx, q.sql)

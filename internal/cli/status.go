@@ -184,10 +184,10 @@ func render(w io.Writer, r, prev *riverbus.Status) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POOL\tSTATUS\tORDERING\tCURSOR\tCHECKPOINT\tLAG\tLAG TIME\tJOBS\tDEAD\tDONE/MIN\tLAST ERROR")
+	fmt.Fprintln(tw, "POOL\tSTATUS\tORDERING\tCURSOR\tCHECKPOINT\tLAG\tLAG TIME\tCHECKPOINT TIME\tJOBS\tDEAD\tDONE/MIN\tLAST ERROR")
 	for _, p := range r.Pools {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n", safe(p.Name), poolState(p), p.Ordering, p.Cursor, p.Checkpoint, p.Lag,
-			lagTime(p), jobsSummary(p.Jobs), p.DeadLetters, p.CompletedLastMinute, truncate(p.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", safe(p.Name), poolState(p), p.Ordering, p.Cursor, p.Checkpoint, p.Lag,
+			lagTime(p), checkpointTime(p), jobsSummary(p.Jobs), p.DeadLetters, p.CompletedLastMinute, truncate(p.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -225,6 +225,16 @@ func lagTime(p *riverbus.StatusPool) string {
 		return "-"
 	}
 	return time.Duration(p.LagSeconds * float64(time.Second)).Round(time.Second).String()
+}
+
+// checkpointTime is the CHECKPOINT TIME column: when the newest event at
+// or below the checkpoint was appended, in UTC to the second, as `pool
+// reset --to-time` takes it; "-" when no such event is in the log.
+func checkpointTime(p *riverbus.StatusPool) string {
+	if p.CheckpointTime == nil {
+		return "-"
+	}
+	return p.CheckpointTime.UTC().Format(time.RFC3339)
 }
 
 // progressMin is the lag from which status draws a pool's progress.

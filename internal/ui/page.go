@@ -45,6 +45,7 @@ var pageFiles embed.FS
 var pageTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	"seconds": func(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Second).String() },
 	"clock":   func(t time.Time) string { return t.Local().Format("15:04:05") },
+	"stamp":   func(t *time.Time) string { return t.UTC().Format(time.RFC3339) },
 }).ParseFS(pageFiles, "page/*.html"))
 
 // page serves PagePath: the page, its live part, its script and style.

@@ -17,6 +17,7 @@ import (
 	"github.com/riverbus/riverbus"
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/internal/pgtest"
+	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/internal/testwait"
 	"github.com/riverbus/riverbus/internal/ui"
 	"github.com/riverbus/riverbus/outbox"
@@ -223,4 +224,24 @@ func TestPage(t *testing.T) {
 		_, err := ui.NewHandler(t.Context(), b.db, ui.Opts{Prefix: "/riverbus"})
 		require.ErrorContains(t, err, "taken by the riverbus page")
 	})
+}
+
+// A pool's checkpoint time (when the event at its checkpoint was
+// appended) is on the page, in UTC as `pool reset --to-time` takes it; a
+// pool at no event shows none.
+func TestPageShowsCheckpointTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := pools.Reset(t.Context(), b.db, "billing", 1)
+	require.NoError(t, err)
+	var appended time.Time
+	require.NoError(t, b.db.QueryRow(t.Context(), `SELECT appended_at FROM riverbus_event WHERE global_sequence = 1`).Scan(&appended))
+	_, _, err = pools.Create(t.Context(), b.db, bustype.PoolParams{Name: "audit", From: bustype.FromSequence(0)})
+	require.NoError(t, err)
+
+	srv := newServer(t, b, ui.Opts{})
+	_, body := get(t, srv.URL+ui.PagePath, nil)
+	require.Contains(t, body, `data-field="checkpoint-time"`)
+	require.Contains(t, body, ">"+appended.UTC().Format(time.RFC3339)+"</dd>")
+	require.Equal(t, 1, strings.Count(body, `data-field="checkpoint-time"`), "the pool at sequence 0 shows a time")
 }
