@@ -3,6 +3,7 @@ package riverbus
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/checkpoint"
@@ -156,6 +157,40 @@ func (c *Client) setPoolStatus(ctx context.Context, name string, status bustype.
 // PoolReplayStart and PoolReplayWait.
 func (c *Client) PoolReset(ctx context.Context, name string, to int64) (*bustype.Pool, error) {
 	return pools.Reset(ctx, c.db, name, to)
+}
+
+// PoolRewind is where a reset of a pool to a time (PoolResetToTime) put
+// it.
+type PoolRewind struct {
+	// Pool is the pool as the reset left it.
+	Pool *bustype.Pool
+	// After is the position the time resolved to: every event above it is
+	// fanned out again, and every event committed after the time is above
+	// it.
+	After int64
+	// MarkAt is when the horizon recorded After as committed: the latest
+	// such record at or before the time. The events committed between
+	// MarkAt and the time are delivered again too (at least once: a
+	// few seconds' worth, see fanout.Config.MarkInterval).
+	MarkAt time.Time
+}
+
+// PoolResetToTime resets a pool as PoolReset does, to the position of a
+// time: every event committed after t is delivered again, an event of a
+// transaction that began before t and committed after it included
+// (docs/design.md §11). The time is the database's, as it records commits,
+// not an event's occurred_at. A t after the database's clock, before the
+// first event the log keeps, or before riverbus began recording commit
+// times (the upgrade to this version, or the oldest record retention kept)
+// is refused with a *bustype.RewindTimeError, which wraps
+// bustype.ErrInvalidPool and says where the log begins and ends. To wait
+// for the replay, use PoolReplayStartToTime.
+func (c *Client) PoolResetToTime(ctx context.Context, name string, t time.Time) (*PoolRewind, error) {
+	r, err := pools.ResetReplayToTime(ctx, c.db, name, t)
+	if err != nil {
+		return nil, err
+	}
+	return &PoolRewind{Pool: r.Pool, After: r.After, MarkAt: r.MarkAt}, nil
 }
 
 // PoolDeleteOpts are the optional settings of PoolDelete.

@@ -27,6 +27,10 @@ type PoolReplay struct {
 	// of the replay has a higher id: a dead letter of the same event from
 	// before the reset is not the replay's.
 	JobsAfter int64
+	// MarkAt, for a reset to a time (PoolReplayStartToTime), is when the
+	// horizon recorded After as committed (PoolRewind.MarkAt); zero for a
+	// reset to a sequence.
+	MarkAt time.Time
 }
 
 // PoolReplayWaitPollIntervalDefault is the default of
@@ -74,7 +78,21 @@ func (c *Client) PoolReplayStart(ctx context.Context, name string, to int64) (*P
 	if err != nil {
 		return nil, err
 	}
-	return &PoolReplay{Pool: r.Pool, After: r.After, Through: r.Through, JobsAfter: r.JobsAfter}, nil
+	return newPoolReplay(r), nil
+}
+
+// PoolReplayStartToTime resets a pool to a time as PoolResetToTime does
+// and returns the replay the reset starts, for PoolReplayWait.
+func (c *Client) PoolReplayStartToTime(ctx context.Context, name string, t time.Time) (*PoolReplay, error) {
+	r, err := pools.ResetReplayToTime(ctx, c.db, name, t)
+	if err != nil {
+		return nil, err
+	}
+	return newPoolReplay(r), nil
+}
+
+func newPoolReplay(r *pools.Replay) *PoolReplay {
+	return &PoolReplay{Pool: r.Pool, After: r.After, Through: r.Through, JobsAfter: r.JobsAfter, MarkAt: r.MarkAt}
 }
 
 // PoolReplayWait blocks until every event of replay is finished (the pool's

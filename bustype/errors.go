@@ -79,6 +79,89 @@ func (e *StartBeyondLogError) Error() string {
 // Unwrap returns ErrInvalidPool.
 func (e *StartBeyondLogError) Unwrap() error { return ErrInvalidPool }
 
+// RewindRefusal says why a reset of a pool to a time was refused
+// (RewindTimeError.Reason).
+type RewindRefusal string
+
+const (
+	// RewindAfterEnd: the time is after the database's clock: no event
+	// has committed after it yet.
+	RewindAfterEnd RewindRefusal = "after_end"
+	// RewindBeforeStart: the time is before the first event the log keeps
+	// was appended: events committed after it are gone (retention) or
+	// never were; the whole log is a reset to sequence 0.
+	RewindBeforeStart RewindRefusal = "before_start"
+	// RewindNotExact: the time is before riverbus's first record of when
+	// events committed that reaches where the log begins (the upgrade that
+	// began recording it, or the oldest record retention kept): which
+	// events committed after it cannot be known, only guessed from when
+	// their transactions began.
+	RewindNotExact RewindRefusal = "not_exact"
+)
+
+// RewindTimeError is the error for a reset of a pool to a time (a rewind)
+// that the log cannot answer exactly; it says where the log begins and
+// ends. It wraps ErrInvalidPool.
+type RewindTimeError struct {
+	// Time is the time asked for.
+	Time time.Time
+	// Reason says why it was refused.
+	Reason RewindRefusal
+	// Now is the database's clock when it was refused.
+	Now time.Time
+	// FirstSequence is the first event the log keeps and FirstAppendedAt
+	// when it was appended; LastSequence and LastAppendedAt the same of
+	// the newest event. Zero when the log holds no event.
+	FirstSequence, LastSequence     int64
+	FirstAppendedAt, LastAppendedAt time.Time
+	// ExactFrom is the earliest time a rewind is exact from: the first
+	// record of when events committed that reaches where the log begins.
+	// Zero when there is none yet.
+	ExactFrom time.Time
+}
+
+// RewindTimeFormat is how a rewind's messages write times: RFC 3339 in
+// UTC, to the microsecond the database keeps ("2026-11-20T10:00:00.25Z"),
+// which --to-time and time.Parse(time.RFC3339Nano, …) take back as is.
+const RewindTimeFormat = "2006-01-02T15:04:05.999999Z07:00"
+
+func rewindTime(t time.Time) string { return t.UTC().Format(RewindTimeFormat) }
+
+// LogSpan says where the log begins and ends: "the log holds sequences
+// 1 (appended 2026-11-20T09:00:00Z) to 500 (appended
+// 2026-11-21T08:00:00Z)".
+func (e *RewindTimeError) LogSpan() string {
+	if e.LastSequence == 0 {
+		return "the log holds no event"
+	}
+	return fmt.Sprintf("the log holds sequences %d (appended %s) to %d (appended %s)", e.FirstSequence,
+		rewindTime(e.FirstAppendedAt), e.LastSequence, rewindTime(e.LastAppendedAt))
+}
+
+func (e *RewindTimeError) Error() string {
+	var why string
+	switch e.Reason {
+	case RewindAfterEnd:
+		why = fmt.Sprintf("is after the end of the log: the database's clock reads %s, so no event has committed after it; %s",
+			rewindTime(e.Now), e.LogSpan())
+	case RewindBeforeStart:
+		why = fmt.Sprintf("is before the start of the log: %s; events committed after that time are no longer all in it, "+
+			"or were never appended; reset to sequence 0 to re-deliver the whole log", e.LogSpan())
+	default:
+		since := "riverbus has no record yet of when events committed that reaches where the log begins"
+		if !e.ExactFrom.IsZero() {
+			since = fmt.Sprintf("riverbus knows which events committed after a time only from %s on "+
+				"(since the upgrade that began recording it, or the oldest record retention kept)", rewindTime(e.ExactFrom))
+		}
+		why = fmt.Sprintf("cannot be rewound to exactly: %s; %s; before it, when a transaction began does not say when it committed, "+
+			"so reset to a sequence instead", since, e.LogSpan())
+	}
+	return fmt.Sprintf("%s: reset time %s %s (times in UTC)", ErrInvalidPool, rewindTime(e.Time), why)
+}
+
+// Unwrap returns ErrInvalidPool.
+func (e *RewindTimeError) Unwrap() error { return ErrInvalidPool }
+
 // SessionLimitError is riverbus.Client.Start's error for a pool whose
 // sessions limit statements, lock waits or idle transactions below what
 // riverbus's statements may need; it names the setting, its value and

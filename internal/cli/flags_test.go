@@ -41,7 +41,7 @@ func TestHelpShowsOnlyTheCommandsFlags(t *testing.T) {
 		{[]string{"dev"}, common},
 		{[]string{"migrate"}, db},
 		{[]string{"pool", "list"}, append([]string{"json"}, db...)},
-		{[]string{"pool", "reset"}, append([]string{"to", "wait"}, db...)},
+		{[]string{"pool", "reset"}, append([]string{"to", "to-time", "wait"}, db...)},
 		{[]string{"status"}, append([]string{"json", "watch"}, db...)},
 		{[]string{"dlq", "retry"}, append([]string{"all", "pool"}, db...)},
 		{[]string{"work"}, append(append([]string{"concurrency", "fetch-poll-interval", "metrics-password", "metrics-user", "pool", "process-metrics-addr", "secret-env", "timeout", "webhook", "webhook-env"}, jobs...), db...)},

@@ -296,17 +296,28 @@ const exitReplayDeadLetters = 3
 
 func (a *app) poolResetCommand() *cobra.Command {
 	var (
-		to   string
-		wait bool
+		to, toTime string
+		wait       bool
 	)
 	cmd := &cobra.Command{
-		Use:   "reset NAME --to SEQ",
-		Short: "Fan a pool's history out again from a position (rebuild a projection)",
+		Use:   "reset NAME (--to SEQ | --to-time TIME)",
+		Short: "Fan a pool's history out again from a position or a time (rebuild a projection)",
 		Long: `Moves the pool's cursor back so that every event after SEQ becomes a job again.
 --to 0 re-delivers the whole log (what event retention kept of it; a SEQ
 below where the log begins is refused). A SEQ beyond the end of the log (the
 last sequence handed out) is refused too: the pool would skip the events
 appended next. Jobs already created are left alone.
+
+--to-time TIME (RFC 3339 with its offset: 2026-11-20T10:00:00Z,
+2026-11-20T11:00:00+01:00) re-delivers every event committed after TIME, by
+the database's clock, including the events of a transaction that began
+before TIME and committed after it; an event's occurred_at plays no part.
+The position comes from the horizon's record of when events committed,
+taken every few seconds, so the events committed in the few seconds before
+TIME are delivered again too. A TIME after the database's clock, before the
+first event the log keeps, or before riverbus began recording commits (the
+upgrade to schema version 24) is refused with where the log begins and
+ends. --to and --to-time are mutually exclusive.
 
 Each event replayed is a new job: a handler that refuses an event it has
 applied before (workers.RunExactlyOnce guards one job, not one event) turns
@@ -315,25 +326,55 @@ finished, then lists the dead letters the replay made.
 
 Exit status: 0 reset (and with --wait, replayed without a dead letter);
 1 the reset or the wait failed; 2 bad input, such as a SEQ beyond the end of
-the log; 3 with --wait, replayed events became dead letters (listed; see
-riverbus dlq list --pool NAME).`,
-		Example: `  riverbus pool reset projections --to 0 --wait`,
-		Args:    exactArgs(1, "a pool name"),
+the log or a TIME the log cannot answer; 3 with --wait, replayed events
+became dead letters (listed; see riverbus dlq list --pool NAME).`,
+		Example: `  riverbus pool reset projections --to 0 --wait
+  riverbus pool reset projections --to-time 2026-11-20T10:00:00Z --wait`,
+		Args: exactArgs(1, "a pool name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			seq, err := strconv.ParseInt(to, 10, 64)
-			if err != nil || seq < 0 {
-				return &usageError{cmd: cmd, err: fmt.Errorf("--to must be a sequence number >= 0, got %q", to)}
+			byTime := cmd.Flags().Changed("to-time")
+			var (
+				seq int64
+				at  time.Time
+				err error
+			)
+			switch {
+			case byTime && cmd.Flags().Changed("to"):
+				return &usageError{cmd: cmd, err: errors.New("--to and --to-time are mutually exclusive: give one")}
+			case byTime:
+				if at, err = time.Parse(time.RFC3339, toTime); err != nil {
+					return &usageError{cmd: cmd, err: fmt.Errorf(
+						"--to-time must be an RFC 3339 time with its offset, such as 2026-11-20T10:00:00Z or 2026-11-20T11:00:00+01:00, got %q", toTime)}
+				}
+			case !cmd.Flags().Changed("to"):
+				return &usageError{cmd: cmd, err: errors.New("give --to SEQ (a sequence) or --to-time TIME (a time)")}
+			default:
+				if seq, err = strconv.ParseInt(to, 10, 64); err != nil || seq < 0 {
+					return &usageError{cmd: cmd, err: fmt.Errorf("--to must be a sequence number >= 0, got %q", to)}
+				}
 			}
 			client, done, err := a.operator(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer done()
-			replay, err := client.PoolReplayStart(cmd.Context(), args[0], seq)
+			var replay *riverbus.PoolReplay
+			if byTime {
+				replay, err = client.PoolReplayStartToTime(cmd.Context(), args[0], at)
+			} else {
+				replay, err = client.PoolReplayStart(cmd.Context(), args[0], seq)
+			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "pool %s reset: events after %d will be fanned out again\n", replay.Pool.Name, replay.Pool.Cursor)
+			if byTime {
+				fmt.Fprintf(a.stdout, "pool %s reset to %s: events after %d will be fanned out again: every event committed after that time, "+
+					"and any committed in the %s before it (the horizon recorded %d as committed at %s; times in UTC)\n",
+					replay.Pool.Name, at.UTC().Format(bustype.RewindTimeFormat), replay.Pool.Cursor, max(at.Sub(replay.MarkAt), 0).Round(time.Millisecond),
+					replay.After, replay.MarkAt.UTC().Format(bustype.RewindTimeFormat))
+			} else {
+				fmt.Fprintf(a.stdout, "pool %s reset: events after %d will be fanned out again\n", replay.Pool.Name, replay.Pool.Cursor)
+			}
 			if wait {
 				return a.waitReplay(cmd.Context(), client, replay)
 			}
@@ -341,8 +382,8 @@ riverbus dlq list --pool NAME).`,
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "sequence to restart after (0: the beginning)")
+	cmd.Flags().StringVar(&toTime, "to-time", "", "time to restart from, RFC 3339 with its offset (2026-11-20T10:00:00Z): every event committed after it is delivered again")
 	cmd.Flags().BoolVar(&wait, "wait", false, "show a progress bar until every replayed event is finished, then list the dead letters the replay made (exit 3 if any; needs a fan-out and workers running)")
-	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -364,6 +365,10 @@ type Replay struct {
 	// of the replay has a higher id, which tells its dead letters from
 	// older ones of the same events.
 	JobsAfter int64
+	// MarkAt, for a reset to a time, is the time of the horizon's mark
+	// After comes from: every event committed after it is above After.
+	// Zero for a reset to a sequence.
+	MarkAt time.Time
 }
 
 // ResetReplay is Reset returning the replay it starts.
@@ -371,6 +376,68 @@ func ResetReplay(ctx context.Context, db database.DB, name string, to int64) (*R
 	if to < 0 {
 		return nil, fmt.Errorf("%w: reset position must be >= 0, got %d", bustype.ErrInvalidPool, to)
 	}
+	return resetReplay(ctx, db, name, func(_ pgx.Tx, trimmed int64) (int64, time.Time, error) {
+		switch {
+		case to == 0:
+			return trimmed, time.Time{}, nil
+		case to < trimmed:
+			return 0, time.Time{}, retention.TrimmedError("reset position", to, trimmed)
+		}
+		return to, time.Time{}, nil
+	})
+}
+
+// ResetReplayToTime is ResetReplay to the position of a time: every event
+// committed after t is delivered again (docs/design.md §11). The position
+// is the committed_through of the latest horizon mark at or before t, so
+// the events committed between that mark and t are delivered again too.
+// A t after the database's clock, before the first event the log keeps,
+// or before the first mark that reaches where the log begins is refused
+// with a *bustype.RewindTimeError.
+func ResetReplayToTime(ctx context.Context, db database.DB, name string, t time.Time) (*Replay, error) {
+	return resetReplay(ctx, db, name, func(tx pgx.Tx, trimmed int64) (int64, time.Time, error) {
+		return rewindPoint(ctx, tx, t, trimmed)
+	})
+}
+
+// rewindPoint is the position of a reset to t and the time of the mark it
+// comes from, read in tx after retention was locked out (the log's start,
+// trimmed, stays where it is until tx ends).
+func rewindPoint(ctx context.Context, tx pgx.Tx, t time.Time, trimmed int64) (int64, time.Time, error) {
+	e := &bustype.RewindTimeError{Time: t}
+	var (
+		firstAt, lastAt, markAt, exactFrom *time.Time
+		through                            *int64
+	)
+	if err := tx.QueryRow(ctx, sqlRewindPoint, t).Scan(&e.Now, &e.FirstSequence, &firstAt, &e.LastSequence, &lastAt,
+		&markAt, &through, &exactFrom); err != nil {
+		return 0, time.Time{}, fmt.Errorf("read the horizon's marks: %w", err)
+	}
+	for _, v := range []struct {
+		dst *time.Time
+		src *time.Time
+	}{{&e.FirstAppendedAt, firstAt}, {&e.LastAppendedAt, lastAt}, {&e.ExactFrom, exactFrom}} {
+		if v.src != nil {
+			*v.dst = *v.src
+		}
+	}
+	switch {
+	case t.After(e.Now):
+		e.Reason = bustype.RewindAfterEnd
+	case e.FirstSequence > 0 && t.Before(e.FirstAppendedAt):
+		e.Reason = bustype.RewindBeforeStart
+	case markAt == nil || *through < trimmed:
+		e.Reason = bustype.RewindNotExact
+	default:
+		return *through, *markAt, nil
+	}
+	return 0, time.Time{}, e
+}
+
+// resetReplay resets pool name to the position that position returns,
+// called in the reset's transaction with where the log begins.
+func resetReplay(ctx context.Context, db database.DB, name string,
+	position func(tx pgx.Tx, trimmed int64) (to int64, markAt time.Time, _ error)) (*Replay, error) {
 	var replay *Replay
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// Retention waits while the cursor moves back, and the cursor never
@@ -380,10 +447,9 @@ func ResetReplay(ctx context.Context, db database.DB, name string, to int64) (*R
 		if err != nil {
 			return err
 		}
-		if to == 0 {
-			to = trimmed
-		} else if to < trimmed {
-			return retention.TrimmedError("reset position", to, trimmed)
+		to, markAt, err := position(tx, trimmed)
+		if err != nil {
+			return err
 		}
 		if err := lockPool(ctx, tx, "pool reset", name); err != nil {
 			return err
@@ -401,7 +467,7 @@ func ResetReplay(ctx context.Context, db database.DB, name string, to int64) (*R
 		if _, err := tx.Exec(ctx, sqlCheckpointReset, name, to); err != nil {
 			return err
 		}
-		replay = &Replay{After: to}
+		replay = &Replay{After: to, MarkAt: markAt}
 		if err := tx.QueryRow(ctx, sqlResetReplay).Scan(&replay.Through, &replay.JobsAfter); err != nil {
 			return fmt.Errorf("read where the replay ends: %w", err)
 		}

@@ -648,3 +648,60 @@ func TestKeepPeriodRunsOnAppendTime(t *testing.T) {
 	require.Equal(t, bustype.RetentionStopFloor, plan.StoppedBy)
 	require.Zero(t, eventCount(t, b.db, 0))
 }
+
+// Retention deletes the horizon's marks below where the log now begins,
+// keeping the first that reaches it (a rewind to an older mark would owe
+// events it deleted): a rewind to a time before that mark is refused,
+// saying from when rewinds are exact, and one to it is exact. A dry run
+// deletes none.
+func TestTrimDeletesMarksBelowTheLogStart(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t)
+	fanouttest.CreatePool(t, b.db, bustype.PoolParams{Name: "p1"})
+	base := time.Now().Add(-24 * time.Hour).Truncate(time.Second)
+	appendEvents(t, b.db, 20, base) // event i appended at base + i minutes
+	consume(t, b)
+	// Marks through 0, 5, 10, 12, 15 and 20, each half a minute after the
+	// event after it was appended.
+	_, err := b.db.Exec(ctx, `DELETE FROM riverbus_horizon_mark`)
+	require.NoError(t, err)
+	markAt := func(through int64) time.Time { return base.Add(time.Duration(through+1)*time.Minute + 30*time.Second) }
+	for _, through := range []int64{0, 5, 10, 12, 15, 20} {
+		_, err := b.db.Exec(ctx, `INSERT INTO riverbus_horizon_mark (at, committed_through) VALUES ($1, $2)`, markAt(through), through)
+		require.NoError(t, err)
+	}
+	marks := func() []int64 {
+		rows, err := b.db.Query(ctx, `SELECT committed_through FROM riverbus_horizon_mark ORDER BY at`)
+		require.NoError(t, err)
+		through, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		return through
+	}
+	_, err = pools.Reset(ctx, b.db, "p1", 12) // the floor: the log will begin after 12
+	require.NoError(t, err)
+	setPolicy(t, b.db, 0)
+
+	_, err = retention.Plan(ctx, b.db, nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{0, 5, 10, 12, 15, 20}, marks(), "the dry run deleted marks")
+	done, err := retention.Trim(ctx, b.db, &retention.Opts{BatchSize: 5})
+	require.NoError(t, err)
+	require.Equal(t, int64(12), done.Policy.TrimmedThrough)
+	require.Equal(t, []int64{12, 15, 20}, marks())
+
+	// After event 13 was appended (the log's start) but before the mark
+	// of 12: which events committed after it is not known any more.
+	_, err = pools.ResetReplayToTime(ctx, b.db, "p1", markAt(12).Add(-10*time.Second))
+	var rewindErr *bustype.RewindTimeError
+	require.ErrorAs(t, err, &rewindErr)
+	require.Equal(t, bustype.RewindNotExact, rewindErr.Reason)
+	require.True(t, markAt(12).Equal(rewindErr.ExactFrom), "exact from %s, want %s", rewindErr.ExactFrom, markAt(12))
+	require.Equal(t, int64(13), rewindErr.FirstSequence)
+	r, err := pools.ResetReplayToTime(ctx, b.db, "p1", markAt(12))
+	require.NoError(t, err)
+	require.Equal(t, int64(12), r.After)
+	// Before event 13 was appended: before the log's start.
+	_, err = pools.ResetReplayToTime(ctx, b.db, "p1", base.Add(13*time.Minute-time.Second))
+	require.ErrorAs(t, err, &rewindErr)
+	require.Equal(t, bustype.RewindBeforeStart, rewindErr.Reason)
+}
