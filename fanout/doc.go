@@ -33,6 +33,9 @@
 // that moves the horizon carries in its last round trip the batches of the
 // plain pools that were at the old horizon (ride.go), and then counts
 // itself and wakes the pools and the late-event retirer (Fanout.roundDone).
+// Every Config.MarkInterval, the statement that moves the horizon also
+// records when the events up to it had committed by (a mark), which resets
+// of a pool to a time resolve against (docs/design.md §11).
 //
 // # Pools
 //
