@@ -87,14 +87,16 @@ WHERE name = $1 AND $2 <= ` + sqlLogEnd
 	sqlResetReplay = `SELECT coalesce((SELECT horizon FROM riverbus_horizon), 0), coalesce((SELECT max(id) FROM river_job), 0)`
 
 	// Where a reset to the time $1 goes (ResetReplayToTime): the
-	// database's clock; the first event the log keeps and the newest, with
+	// database's clock as the statement runs (a mark at or before it may
+	// commit after this snapshot: an older one is used then, which only
+	// re-delivers more); the first event the log keeps and the newest, with
 	// when each was appended (as retention and status read it: an event
 	// from before migration 019 has no appended_at); the latest horizon
 	// mark at or before $1; and the time of the first mark that reaches
 	// where the log begins, from which rewinds are exact. Index probes
 	// only: retention deletes the marks below the log's start with the
 	// events, so the last scan stops at once.
-	sqlRewindPoint = `SELECT now(), coalesce(f.seq, 0), f.at, coalesce(l.seq, 0), l.at, m.at, m.committed_through, x.at
+	sqlRewindPoint = `SELECT clock_timestamp(), coalesce(f.seq, 0), f.at, coalesce(l.seq, 0), l.at, m.at, m.committed_through, x.at
 FROM riverbus_retention r
 LEFT JOIN LATERAL (SELECT e.global_sequence AS seq, coalesce(e.appended_at, LEAST(e.occurred_at, r.appended_at_since)) AS at
 	FROM riverbus_event e WHERE e.global_sequence > r.trimmed_through ORDER BY e.global_sequence LIMIT 1) f ON true
