@@ -22,6 +22,10 @@ type EventHead struct {
 	Key            string    `json:"key"`
 	Tags           []string  `json:"tags"`
 	OccurredAt     time.Time `json:"occurred_at"`
+	// Version is the version of the event type's data (outbox.Event's
+	// Version); 0 in args written before events had versions, which
+	// means 1.
+	Version int `json:"version"`
 }
 
 // EventJobRef is the args of the job of an event whose data and metadata

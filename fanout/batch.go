@@ -72,7 +72,7 @@ func (u *unit) stub(reason string) any {
 	}
 	e := u.event
 	return bustype.EventJobStub{EventHead: bustype.EventHead{GlobalSequence: e.GlobalSequence, EventID: e.EventID, Type: e.Type, Key: e.Key,
-		Tags: e.Tags, OccurredAt: e.OccurredAt}, Late: u.late, Undeliverable: reason}
+		Tags: e.Tags, OccurredAt: e.OccurredAt, Version: e.Version}, Late: u.late, Undeliverable: reason}
 }
 
 // fanOutPool runs one batch for pool name in one transaction: lock the pool
@@ -328,6 +328,6 @@ func readEvents(rows pgx.Rows, err error) (events []event, took int, _ error) {
 
 // dest is where a row of eventHeadColumns and a size goes.
 func (e *event) dest() []any {
-	return []any{&e.GlobalSequence, &e.EventID, &e.Type, &e.Key, &e.Tags, &e.OccurredAt, &e.txid,
+	return []any{&e.GlobalSequence, &e.EventID, &e.Type, &e.Key, &e.Tags, &e.OccurredAt, &e.Version, &e.txid,
 		&e.trace.TraceParent, &e.trace.TraceState, &e.size}
 }

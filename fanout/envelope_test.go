@@ -69,9 +69,9 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 			typ, data = "deep", strings.Repeat("[", deepDepth)+strings.Repeat("]", deepDepth)
 		}
 		var seq int64
-		require.NoError(t, tx.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, tags, data, metadata)
-			VALUES ($1, $2, $3, $4::text::jsonb, '{"trace": "x"}') RETURNING global_sequence`,
-			typ, []string{"k1", "k2"}[n%2], tags, data).Scan(&seq))
+		require.NoError(t, tx.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, tags, data, metadata, version)
+			VALUES ($1, $2, $3, $4::text::jsonb, '{"trace": "x"}', $5) RETURNING global_sequence`,
+			typ, []string{"k1", "k2"}[n%2], tags, data, 1+n%3).Scan(&seq))
 		return seq
 	}
 	appendTx := func(events int, deep bool) {
@@ -160,7 +160,7 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 					requireSet(t, reflect.ValueOf(s), what, !s.Late)
 					want := events[s.GlobalSequence]
 					require.Equal(t, bustype.EventJobStub{EventHead: bustype.EventHead{GlobalSequence: want.GlobalSequence, EventID: want.EventID,
-						Type: want.Type, Key: want.Key, Tags: want.Tags, OccurredAt: s.OccurredAt}, Late: late[want.GlobalSequence],
+						Type: want.Type, Key: want.Key, Tags: want.Tags, OccurredAt: s.OccurredAt, Version: want.Version}, Late: late[want.GlobalSequence],
 						Undeliverable: s.Undeliverable}, s, what)
 					require.True(t, want.OccurredAt.Equal(s.OccurredAt), what)
 					require.Contains(t, s.Undeliverable, "too deep", what)
@@ -286,13 +286,13 @@ type eventRow struct {
 func eventRows(t *testing.T, b *testBundle) map[int64]eventRow {
 	t.Helper()
 	rows, err := b.db.Query(context.Background(), `SELECT global_sequence, event_id, type, key, tags, data, metadata,
-		occurred_at, transaction_id::text FROM riverbus_event`)
+		occurred_at, version, transaction_id::text FROM riverbus_event`)
 	require.NoError(t, err)
 	out := map[int64]eventRow{}
 	var e eventRow
 	var id uuid.UUID
 	var data, metadata []byte
-	_, err = pgx.ForEachRow(rows, []any{&e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt, &e.txid}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&e.GlobalSequence, &id, &e.Type, &e.Key, &e.Tags, &data, &metadata, &e.OccurredAt, &e.Version, &e.txid}, func() error {
 		e.EventID, e.Data, e.Metadata = id, bytes.Clone(data), bytes.Clone(metadata)
 		out[e.GlobalSequence] = e
 		return nil

@@ -81,7 +81,7 @@ h AS (
 	SELECT horizon FROM riverbus_horizon WHERE ` + sqlNoLateEvents + `
 ),
 rd AS (
-	SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at,
+	SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at, e.version,
 		pg_column_compression(e.data) IS NULL AND pg_column_compression(e.metadata) IS NULL
 			AND pg_column_size(e.data) + pg_column_size(e.metadata) <= 32768 AS small,
 		sum(` + storedSize + `) OVER (ORDER BY e.global_sequence) - (` + storedSize + `) AS before

@@ -33,7 +33,7 @@ FROM riverbus_pool WHERE name = $1 AND status = 'active' FOR NO KEY UPDATE SKIP 
 	// to this process (the jobs' args are built by the insert,
 	// sqlInsertJobs), and the trace context the job's metadata carries,
 	// read from the event's metadata as tracing.FromMetadata reads it.
-	eventHeadColumns = `e.global_sequence, e.event_id, e.type, e.key, e.tags, e.occurred_at, e.transaction_id::text AS txid,
+	eventHeadColumns = `e.global_sequence, e.event_id, e.type, e.key, e.tags, e.occurred_at, e.version, e.transaction_id::text AS txid,
 	CASE WHEN jsonb_typeof(e.metadata->'traceparent') = 'string' THEN e.metadata->>'traceparent' ELSE '' END AS traceparent,
 	CASE WHEN jsonb_typeof(e.metadata->'tracestate') = 'string' THEN e.metadata->>'tracestate' ELSE '' END AS tracestate`
 
@@ -56,7 +56,7 @@ FROM riverbus_pool WHERE name = $1 AND status = 'active' FOR NO KEY UPDATE SKIP 
 	budgetedCut = `
 	ORDER BY e.global_sequence LIMIT $4
 )
-SELECT r.global_sequence, r.event_id, r.type, r.key, r.tags, r.occurred_at, r.txid, r.traceparent, r.tracestate,
+SELECT r.global_sequence, r.event_id, r.type, r.key, r.tags, r.occurred_at, r.version, r.txid, r.traceparent, r.tracestate,
 	r.size, (SELECT count(*) FROM r)
 FROM r WHERE r.running - r.size < $5 ORDER BY r.global_sequence`
 

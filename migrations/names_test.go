@@ -451,6 +451,7 @@ CREATE OPERATOR rbt_evil.& (LEFTARG = integer, RIGHTARG = integer, FUNCTION = rb
 	var envelope []byte
 	value(&envelope, `SELECT `+q("riverbus_event_envelope")+`(ARRAY[$1::bigint])`, e1)
 	require.Contains(t, string(envelope), `"key": "k2"`)
+	require.Contains(t, string(envelope), `"version": 1`)
 
 	// 012, 006: the horizon's lock and missing-row error.
 	var locked bool

@@ -164,7 +164,7 @@ CREATE FUNCTION public.riverbus_event_envelope(p_seqs bigint[]) RETURNS jsonb
     AS $$
   SELECT jsonb_agg(jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
            'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata,
-           'occurred_at', e.occurred_at) ORDER BY e.global_sequence)
+           'occurred_at', e.occurred_at, 'version', e.version) ORDER BY e.global_sequence)
   FROM public.riverbus_event e WHERE e.global_sequence = ANY(p_seqs)
 $$;
 
@@ -1183,6 +1183,7 @@ CREATE TABLE public.riverbus_event (
     transaction_id xid8 NOT NULL,
     occurred_at timestamp with time zone DEFAULT now() NOT NULL,
     appended_at timestamp with time zone,
+    version integer DEFAULT 1 NOT NULL,
     CONSTRAINT riverbus_event_key_length CHECK ((octet_length(key) <= 1024)),
     CONSTRAINT riverbus_event_metadata_object CHECK ((jsonb_typeof(metadata) = 'object'::text)),
     CONSTRAINT riverbus_event_tags_valid CHECK (public.riverbus_tags_valid(tags)),
@@ -1555,6 +1556,13 @@ ALTER TABLE ONLY public.riverbus_event
 
 ALTER TABLE public.riverbus_event
     ADD CONSTRAINT riverbus_event_size CHECK (((pg_column_size(data) + pg_column_size(metadata)) <= 67108864)) NOT VALID;
+
+--
+-- Name: riverbus_event riverbus_event_version_valid; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.riverbus_event
+    ADD CONSTRAINT riverbus_event_version_valid CHECK (((version >= 1) AND (version <= 10000))) NOT VALID;
 
 --
 -- Name: riverbus_failover riverbus_failover_pkey; Type: CONSTRAINT; Schema: public; Owner: -

@@ -253,6 +253,7 @@ type wireEvent struct {
 	Data       json.RawMessage `json:"data"`
 	Metadata   json.RawMessage `json:"metadata"`
 	OccurredAt *time.Time      `json:"occurred_at,omitempty"`
+	Version    int             `json:"version"`
 }
 
 var emptyObject = json.RawMessage(`{}`)
@@ -274,7 +275,8 @@ func encodeEvents(events []Event, span *appendSpan) (string, []uuid.UUID, error)
 			}
 		}
 		ids[i] = id
-		w := wireEvent{EventID: id, Type: e.Type, Key: e.Key, Tags: e.Tags, Data: e.Data, Metadata: span.metadata(e.Metadata)}
+		w := wireEvent{EventID: id, Type: e.Type, Key: e.Key, Tags: e.Tags, Data: e.Data, Metadata: span.metadata(e.Metadata),
+			Version: max(e.Version, 1)}
 		if w.Tags == nil {
 			w.Tags = []string{}
 		}

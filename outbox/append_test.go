@@ -72,9 +72,9 @@ func TestAppendTxStoresEnvelope(t *testing.T) {
 	require.Equal(t, "42", string(events[2].Data))
 
 	// The envelope's JSON names are a contract.
-	b, err := json.Marshal(outbox.Event{GlobalSequence: 7, EventID: id, Type: "T", Key: "k", Tags: []string{"a=b"}, Data: json.RawMessage(`{}`), Metadata: json.RawMessage(`{}`), OccurredAt: at})
+	b, err := json.Marshal(outbox.Event{GlobalSequence: 7, EventID: id, Type: "T", Key: "k", Tags: []string{"a=b"}, Data: json.RawMessage(`{}`), Metadata: json.RawMessage(`{}`), OccurredAt: at, Version: 2})
 	require.NoError(t, err)
-	require.JSONEq(t, `{"global_sequence":7,"event_id":"0190a6c4-5b1e-7c3d-8e2f-0123456789ab","type":"T","key":"k","tags":["a=b"],"data":{},"metadata":{},"occurred_at":"2025-03-01T12:30:45.123456789Z"}`, string(b))
+	require.JSONEq(t, `{"global_sequence":7,"event_id":"0190a6c4-5b1e-7c3d-8e2f-0123456789ab","type":"T","key":"k","tags":["a=b"],"data":{},"metadata":{},"occurred_at":"2025-03-01T12:30:45.123456789Z","version":2}`, string(b))
 }
 
 func TestAppendCommitsItsOwnTransaction(t *testing.T) {

@@ -104,11 +104,12 @@ func (e *DuplicateError) Error() string {
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // checkFields maps the CHECK constraints of migrations/sql/001_events.up.sql
-// to the field they guard.
+// (and 024's version) to the field they guard.
 var checkFields = map[string]string{
 	"riverbus_event_type_length":       "Type",
 	"riverbus_event_tags_valid":        "Tags",
 	"riverbus_event_metadata_object":   "Metadata",
+	"riverbus_event_version_valid":     "Version",
 	"riverbus_command_type_length":     "Command.Type",
 	"riverbus_command_metadata_object": "Command.Metadata",
 }

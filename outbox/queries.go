@@ -6,7 +6,8 @@ package outbox
 // one element per event in input order:
 //
 //	{"event_id": "...", "type": "...", "key": "...", "tags": ["a=b"],
-//	 "data": {...}, "metadata": {...}, "occurred_at": "..." (optional)}
+//	 "data": {...}, "metadata": {...}, "occurred_at": "..." (optional),
+//	 "version": 1}
 //
 // so a call is one statement whatever the number of events. Data is taken
 // with -> rather than a typed record column so that a JSON null stays a jsonb
@@ -33,14 +34,15 @@ package outbox
 // appendQuery inserts the events of $1 in input order and returns what the
 // trigger assigned.
 const appendQuery = `
-INSERT INTO riverbus_event (event_id, type, key, tags, data, metadata, occurred_at)
+INSERT INTO riverbus_event (event_id, type, key, tags, data, metadata, occurred_at, version)
 SELECT (e.rec->>'event_id')::uuid,
        e.rec->>'type',
        e.rec->>'key',
        ARRAY(SELECT t.tag FROM jsonb_array_elements_text(e.rec->'tags') WITH ORDINALITY AS t(tag, n) ORDER BY t.n),
        e.rec->'data',
        e.rec->'metadata',
-       coalesce((e.rec->>'occurred_at')::timestamptz, now())
+       coalesce((e.rec->>'occurred_at')::timestamptz, now()),
+       (e.rec->>'version')::int
 FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(rec, n)
 ORDER BY e.n
 RETURNING global_sequence, event_id`
@@ -94,14 +96,15 @@ WITH conflict AS (
 ), settings AS (
   SELECT current_setting('transaction_isolation') AS isolation
 ), appended AS (
-  INSERT INTO riverbus_event (event_id, type, key, tags, data, metadata, occurred_at)
+  INSERT INTO riverbus_event (event_id, type, key, tags, data, metadata, occurred_at, version)
   SELECT (e.rec->>'event_id')::uuid,
          e.rec->>'type',
          e.rec->>'key',
          ARRAY(SELECT t.tag FROM jsonb_array_elements_text(e.rec->'tags') WITH ORDINALITY AS t(tag, n) ORDER BY t.n),
          e.rec->'data',
          e.rec->'metadata',
-         coalesce((e.rec->>'occurred_at')::timestamptz, now())
+         coalesce((e.rec->>'occurred_at')::timestamptz, now()),
+         (e.rec->>'version')::int
   FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(rec, n)
   WHERE (SELECT global_sequence FROM conflict) IS NULL
     AND (SELECT global_sequence FROM duplicate) IS NULL
@@ -124,9 +127,9 @@ LEFT JOIN appended a ON true`
 // Each item yields at most $4 events from its index; they are merged,
 // de-duplicated and cut to $4.
 const readQuery = `
-SELECT DISTINCT ON (m.global_sequence) m.global_sequence, m.event_id, m.type, m.key, m.tags, m.data, m.metadata, m.occurred_at
+SELECT DISTINCT ON (m.global_sequence) m.global_sequence, m.event_id, m.type, m.key, m.tags, m.data, m.metadata, m.occurred_at, m.version
 FROM (
-  (SELECT x.global_sequence, x.event_id, x.type, x.key, x.tags, x.data, x.metadata, x.occurred_at
+  (SELECT x.global_sequence, x.event_id, x.type, x.key, x.tags, x.data, x.metadata, x.occurred_at, x.version
    FROM riverbus_event x
    WHERE x.type = ANY ($1::text[]) AND x.global_sequence > $3
    ORDER BY x.global_sequence LIMIT $4::bigint)
@@ -134,7 +137,7 @@ FROM (
   SELECT x.*
   FROM (SELECT * FROM jsonb_to_recordset($2::jsonb) AS q(types text[], tags text[]) LIMIT jsonb_array_length($2::jsonb)) q,
   LATERAL (SELECT x.* FROM (
-             SELECT x.global_sequence, x.event_id, x.type, x.key, x.tags, x.data, x.metadata, x.occurred_at
+             SELECT x.global_sequence, x.event_id, x.type, x.key, x.tags, x.data, x.metadata, x.occurred_at, x.version
              FROM riverbus_event x
              WHERE x.tags @> q.tags AND (cardinality(q.types) = 0 OR x.type = ANY (q.types)) AND x.global_sequence > $3
              OFFSET 0) x
@@ -147,7 +150,7 @@ LIMIT $4::bigint`
 // through the (key, global_sequence) index; when $3 has items, only those
 // matching one of them ($3 holds every item, with or without tags).
 const readKeyQuery = `
-SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at
+SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at, e.version
 FROM riverbus_event e
 WHERE e.key = $1 AND e.global_sequence > $2
   AND (jsonb_array_length($3::jsonb) = 0 OR EXISTS (
@@ -158,7 +161,7 @@ LIMIT $4::bigint`
 
 // readAllQuery returns every event above $1 in sequence order.
 const readAllQuery = `
-SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at
+SELECT e.global_sequence, e.event_id, e.type, e.key, e.tags, e.data, e.metadata, e.occurred_at, e.version
 FROM riverbus_event e
 WHERE e.global_sequence > $1
 ORDER BY e.global_sequence

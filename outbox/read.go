@@ -78,6 +78,6 @@ func Read(ctx context.Context, db Querier, params ReadParams) ([]Event, error) {
 
 func scanEvent(row pgx.CollectableRow) (Event, error) {
 	var e Event
-	err := row.Scan(&e.GlobalSequence, &e.EventID, &e.Type, &e.Key, &e.Tags, &e.Data, &e.Metadata, &e.OccurredAt)
+	err := row.Scan(&e.GlobalSequence, &e.EventID, &e.Type, &e.Key, &e.Tags, &e.Data, &e.Metadata, &e.OccurredAt, &e.Version)
 	return e, err
 }

@@ -73,6 +73,9 @@ func validateEvents(events []Event) error {
 		if !e.OccurredAt.IsZero() && (e.OccurredAt.Year() < 1 || e.OccurredAt.Year() > 9999) {
 			return invalid("OccurredAt", fmt.Sprintf("must be in years 1 to 9999, got %s", e.OccurredAt))
 		}
+		if e.Version < 0 || e.Version > VersionMax {
+			return invalid("Version", fmt.Sprintf("must be 1 to %d (0 means 1), got %d", VersionMax, e.Version))
+		}
 		if e.EventID != uuid.Nil {
 			if ids == nil {
 				ids = make(map[uuid.UUID]int)

@@ -70,6 +70,8 @@ func TestAppendRejectsInvalidEvents(t *testing.T) {
 			e.Data = json.RawMessage(`"` + strings.Repeat("x", outbox.EventMaxBytes/2) + `"`)
 			e.Metadata = json.RawMessage(`{"s": "` + strings.Repeat("y", outbox.EventMaxBytes/2) + `"}`)
 		})}, 0, "Data", "outbox: event 0: Data must be at most 67108864 bytes together with Metadata, got 67108875"},
+		{"NegativeVersion", []outbox.Event{with(func(e *outbox.Event) { e.Version = -1 })}, 0, "Version", "outbox: event 0: Version must be 1 to 10000 (0 means 1), got -1"},
+		{"VersionTooHigh", []outbox.Event{with(func(e *outbox.Event) { e.Version = outbox.VersionMax + 1 })}, 0, "Version", "outbox: event 0: Version must be 1 to 10000 (0 means 1), got 10001"},
 		{"SecondEvent", []outbox.Event{valid, with(func(e *outbox.Event) { e.Type = "" })}, 1, "Type", "outbox: event 1: Type must not be empty"},
 		{"DuplicateEventID", []outbox.Event{with(func(e *outbox.Event) { e.EventID = id }), valid, with(func(e *outbox.Event) { e.EventID = id })}, 2, "EventID", "outbox: event 2: EventID must be unique, 0190a6c4-5b1e-7c3d-8e2f-0000000000ff is also the id of event 0"},
 	}

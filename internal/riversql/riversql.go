@@ -61,7 +61,8 @@ var PoolName = regexp.MustCompile(PoolNamePattern)
 // of an undeliverable event's dead letter: TestEnvelopesAgree keeps the two
 // and outbox.Event in step.
 const EventEnvelope = `jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
-	'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata, 'occurred_at', e.occurred_at)`
+	'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata, 'occurred_at', e.occurred_at,
+	'version', e.version)`
 
 // PayloadInlineMax is the most bytes of data and metadata, as jsonb, that
 // an event's job carries in its args. A bigger event's job carries a
@@ -99,7 +100,7 @@ const payloadInlineMaxText = "65536" // PayloadInlineMax; riversql_test.go check
 // to the bustype types.
 const EventArgs = `CASE WHEN ` + PayloadBig + `
 	THEN jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
-		'key', e.key, 'tags', to_jsonb(e.tags), 'occurred_at', e.occurred_at, 'payload_in_log', true)
+		'key', e.key, 'tags', to_jsonb(e.tags), 'occurred_at', e.occurred_at, 'version', e.version, 'payload_in_log', true)
 	ELSE ` + EventEnvelope + ` END`
 
 // EventPayload returns the data and metadata, as text, of the event whose

@@ -363,8 +363,8 @@ func TestEnvelopesAgree(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
 	var seq int64
-	require.NoError(t, db.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, tags, data, metadata, occurred_at)
-		VALUES ('order.placed', 'k1', '{a=1,b=2}', '{"n": 1, "s": "x"}', '{"m": true}', '2026-01-02 03:04:05.678901+00')
+	require.NoError(t, db.QueryRow(ctx, `INSERT INTO riverbus_event (type, key, tags, data, metadata, occurred_at, version)
+		VALUES ('order.placed', 'k1', '{a=1,b=2}', '{"n": 1, "s": "x"}', '{"m": true}', '2026-01-02 03:04:05.678901+00', 3)
 		RETURNING global_sequence`).Scan(&seq))
 	var goSQL, dbSQL string
 	require.NoError(t, db.QueryRow(ctx, `SELECT (`+riversql.EventEnvelope+`)::text, riverbus_event_envelope(ARRAY[e.global_sequence])->>0
@@ -390,5 +390,6 @@ func TestEnvelopesAgree(t *testing.T) {
 	require.JSONEq(t, `{"n": 1, "s": "x"}`, string(e.Data))
 	require.JSONEq(t, `{"m": true}`, string(e.Metadata))
 	require.True(t, e.OccurredAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 678901000, time.UTC)), e.OccurredAt)
+	require.Equal(t, 3, e.Version)
 	require.NotEqual(t, uuid.Nil, e.EventID)
 }

@@ -89,7 +89,7 @@ CREATE OR REPLACE FUNCTION %1$I.riverbus_event_envelope(p_seqs bigint[]) RETURNS
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $body$
   SELECT jsonb_agg(jsonb_build_object('global_sequence', e.global_sequence, 'event_id', e.event_id, 'type', e.type,
            'key', e.key, 'tags', to_jsonb(e.tags), 'data', e.data, 'metadata', e.metadata,
-           'occurred_at', e.occurred_at) ORDER BY e.global_sequence)
+           'occurred_at', e.occurred_at, 'version', e.version) ORDER BY e.global_sequence)
   FROM %1$I.riverbus_event e WHERE e.global_sequence = ANY(p_seqs)
 $body$$f$, s);
 

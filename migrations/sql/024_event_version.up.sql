@@ -1,0 +1,29 @@
+-- Event versions (issue #25, upcasting): each event records the version of
+-- its type's data that its appender wrote, so that workers can upcast old
+-- versions to the one their handlers know (package workers, "Upcasting";
+-- docs/evolving-events.md). The fan-out carries it in every job's envelope
+-- ("version"), and riverbus_event_envelope (sql/current/01_events.sql) in
+-- the rebuilt args of an undeliverable event's dead letter.
+--
+-- Appenders of any build keep working: an INSERT or COPY that does not name
+-- the column appends version 1, the first version, which is what every
+-- event was before this migration. Appends are never checked against the
+-- schema version, so old appenders run on whatever this line says.
+--
+-- No riverbus:oldest-code line: older fan-outs would go on writing jobs
+-- without "version", which this build's workers read as version 1; once an
+-- appender writes version 2, such a job would hand version-2 data to the
+-- upcaster of version 1, and a handler would get it mangled. Raising the
+-- schema's need stops the older fan-outs and workers at this migration's
+-- commit (docs/design.md §10), so every job made after it carries the
+-- event's version.
+--
+-- A constant default adds the column without rewriting the table. The
+-- CHECK is NOT VALID so that adding it does not scan the log while this
+-- migration holds riverbus_event's ACCESS EXCLUSIVE lock (every append
+-- would wait for the scan): every row already there has the default, 1,
+-- which the CHECK accepts, and every row appended from now on is checked.
+-- outbox.VersionMax is the upper bound; TestVersionMaxIsTheCheck keeps
+-- them equal.
+ALTER TABLE riverbus_event ADD COLUMN version integer NOT NULL DEFAULT 1,
+  ADD CONSTRAINT riverbus_event_version_valid CHECK (version BETWEEN 1 AND 10000) NOT VALID;
