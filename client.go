@@ -168,6 +168,9 @@ func (c *Client) Start(ctx context.Context) error {
 	var rc *river.Client[pgx.Tx]
 	slots := map[string]int{}
 	if c.cfg.Workers != nil && len(c.cfg.Workers.Pools()) > 0 {
+		if err := c.cfg.Workers.CheckVersions(); err != nil {
+			return err
+		}
 		queues, ordered, err := c.bindQueues(ctx)
 		if err != nil {
 			return err

@@ -37,8 +37,9 @@ type Config struct {
 	// FanoutDisabled.
 	Retention RetentionConfig
 
-	// Workers holds the handlers bound to pools (workers.Add). Nil: Start
-	// runs no River workers.
+	// Workers holds the handlers bound to pools (workers.Add) and the
+	// upcasters of their event types (Registry.Upcast; Start refuses a
+	// chain with a gap). Nil: Start runs no River workers.
 	Workers *workers.Registry
 
 	// Work holds the River settings of the workers (fetch cooldown,

@@ -95,7 +95,7 @@ func TestArgsJSON(t *testing.T) {
 	b, err := json.Marshal(a)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"global_sequence": 5, "event_id": "00000000-0000-0000-0000-000000000000", "type": "invoice.paid",
-		"key": "key-5", "tags": [], "data": {"cents": 1}, "metadata": {}, "occurred_at": "2025-01-02T03:04:05Z"}`, string(b))
+		"key": "key-5", "tags": [], "data": {"cents": 1}, "metadata": {}, "occurred_at": "2025-01-02T03:04:05Z", "version": 1}`, string(b))
 
 	a.Late = true
 	b, err = json.Marshal(a)

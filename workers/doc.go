@@ -14,6 +14,7 @@
 //   - Args: what a pool job carries, and the args type of a handler
 //   - Registry: binding handlers to pools (Add, Registry)
 //   - Decode: the event's data as a Go value
+//   - Upcasting: handlers of the current version of an evolving event type
 //   - Exactly once: CompleteTx and RunExactlyOnce
 //   - Client settings: Config
 //   - A River client of your own: RiverConfig, NewDriver
@@ -58,6 +59,38 @@
 // last attempt, discards it, which makes it a dead letter. Nothing is ever
 // skipped silently; do not wrap a DecodeError in river.JobCancel unless
 // losing the event is really what you want.
+//
+// # Upcasting
+//
+// Every event records the version of its type's data that its appender
+// wrote (outbox.Event.Version, 1 for a type's first). When a type changes
+// in a way its handlers must know, appenders write the next version, and
+// the registry gets an upcaster that turns the previous version's data
+// into the new one; upcasters from 1 and from 2 make a chain that brings
+// old events to version 3:
+//
+//	reg.Upcast("OrderPlaced", 1, renameItemToSKU) // 1 → 2
+//	reg.Upcast("OrderPlaced", 2, addQuantity)     // 2 → 3
+//
+// Before a handler runs, each event of its job is brought to the version
+// its registry knows of its type (the highest its chain reaches, or
+// EventVersion's), one step at a time, and Event.Version says that
+// version; a webhook bound with webhook.Bind sends events the same way.
+// The stored event and the job's args are never rewritten: River UI and
+// `riverbus dlq show` show the event as appended. An event of a type the
+// registry has no version for reaches its handler as stored.
+//
+// An upcaster that fails (returns an error, panics, or returns data that
+// is not JSON) fails the job with an *UpcastError naming the event, the
+// versions and the cause. Like a DecodeError it is retried on the pool's
+// schedule (a fixed upcaster, deployed meanwhile, then takes it) and,
+// after the last attempt, becomes a dead letter with that reason: never a
+// skipped event. So does an event newer than the version the registry
+// knows (ErrVersionTooNew): a worker older than the appender does not hand
+// it to a handler that cannot read it, and a newer worker can take it on a
+// retry, or from the dead letter. Hence the deploy order: workers first,
+// with the new upcaster, then the appenders of the new version
+// (docs/evolving-events.md).
 //
 // # Exactly once
 //

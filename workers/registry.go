@@ -22,13 +22,15 @@ type AddOpts struct {
 	MaxWorkers int
 }
 
-// Registry holds the handlers of a riverbus.Client, each bound to one pool.
-// Make it with NewRegistry, add handlers with Add, and pass it in
+// Registry holds the handlers of a riverbus.Client, each bound to one pool,
+// and the upcasters of the event types they handle (Upcast). Make it with
+// NewRegistry, add handlers with Add, and pass it in
 // riverbus.Config.Workers.
 type Registry struct {
-	river *river.Workers
-	pools map[string]int // pool → MaxWorkers
-	order []string       // pools in the order they were added
+	river    *river.Workers
+	pools    map[string]int            // pool → MaxWorkers
+	order    []string                  // pools in the order they were added
+	versions map[string]*eventVersions // by event type: Upcast, EventVersion
 }
 
 // NewRegistry returns an empty set of handlers.
@@ -81,7 +83,7 @@ func AddArgsSafely[T river.JobArgs](reg *Registry, args T, worker river.Worker[T
 			err = fmt.Errorf("riverbus: worker of pool %q: %v", pool, r)
 		}
 	}()
-	river.AddWorkerArgs(reg.river, args, worker)
+	river.AddWorkerArgs(reg.river, args, river.Worker[T](&upcasting[T]{worker: worker, reg: reg}))
 	reg.pools[pool] = n
 	reg.order = append(reg.order, pool)
 	return nil

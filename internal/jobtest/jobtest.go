@@ -86,6 +86,7 @@ func Event(seq int64, typ, data string) outbox.Event {
 		Data:           json.RawMessage(data),
 		Metadata:       json.RawMessage(`{}`),
 		OccurredAt:     time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		Version:        1,
 	}
 }
 

@@ -3,6 +3,8 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -54,5 +56,94 @@ func TestBindDeliversThroughAClient(t *testing.T) {
 		require.JSONEq(t, `{"n":7}`, string(got.Data))
 	case <-time.After(30 * time.Second):
 		t.Fatal("the webhook received nothing")
+	}
+}
+
+// A webhook bound to a registry with upcasters receives each event at the
+// version the registry knows of its type, with "version" saying so, signed
+// over what it receives; an event of a type without versions comes as
+// stored, version 1. A failing upcaster makes a dead letter with the
+// reason, and nothing is sent.
+func TestBindDeliversUpcastEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewPool(t)
+	secret := []byte("a secret of at least twenty-four bytes")
+
+	bodies := make(chan []byte, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify(secret, r.Header, b, time.Minute); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		bodies <- b
+	}))
+	t.Cleanup(srv.Close)
+
+	ws := workers.NewRegistry()
+	ws.Upcast("order.placed", 1, func(_ context.Context, data json.RawMessage) (json.RawMessage, error) {
+		var v1 struct {
+			Item string `json:"item"`
+		}
+		if err := json.Unmarshal(data, &v1); err != nil || v1.Item == "" {
+			return nil, errors.New("no item in the order")
+		}
+		return json.Marshal(map[string]any{"sku": v1.Item, "qty": 1})
+	})
+	require.NoError(t, webhook.Bind(ws, webhook.Config{Pool: "hooks", URL: srv.URL, Secret: secret, Logger: discardLogger}, nil))
+	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws, Logger: discardLogger})
+	require.NoError(t, err)
+	_, _, err = client.PoolCreate(ctx, bustype.PoolParams{Name: "hooks", MaxAttempts: 1})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(context.Background())) })
+
+	appended, err := outbox.Append(ctx, db,
+		outbox.Event{Type: "order.placed", Data: json.RawMessage(`{"item": "a"}`)},
+		outbox.Event{Type: "order.placed", Data: json.RawMessage(`{"sku": "b", "qty": 3}`), Version: 2},
+		outbox.Event{Type: "order.paid", Data: json.RawMessage(`{"cents": 5}`)},
+		outbox.Event{Type: "order.placed", Data: json.RawMessage(`{"nothing": true}`)})
+	require.NoError(t, err)
+	want := map[int64]string{
+		appended[0].GlobalSequence: `{"sku": "a", "qty": 1}`,
+		appended[1].GlobalSequence: `{"sku": "b", "qty": 3}`,
+		appended[2].GlobalSequence: `{"cents": 5}`,
+	}
+	versions := map[int64]int{appended[0].GlobalSequence: 2, appended[1].GlobalSequence: 2, appended[2].GlobalSequence: 1}
+	for range want {
+		select {
+		case body := <-bodies:
+			var got struct {
+				outbox.Event
+				Version *int `json:"version"`
+			}
+			require.NoError(t, json.Unmarshal(body, &got), "%s", body)
+			require.NotNil(t, got.Version, "the payload carries the version: %s", body)
+			require.Equal(t, versions[got.GlobalSequence], *got.Version, "%s", body)
+			require.JSONEq(t, want[got.GlobalSequence], string(got.Data), "%s", body)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the webhook received too little")
+		}
+	}
+
+	failed := appended[3].GlobalSequence
+	var dls []bustype.DeadLetter
+	require.Eventually(t, func() bool {
+		dls, err = client.DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: "hooks"})
+		require.NoError(t, err)
+		return len(dls) > 0
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Len(t, dls, 1)
+	require.Equal(t, failed, dls[0].GlobalSequence)
+	require.Contains(t, dls[0].LastError, fmt.Sprintf("upcast event %d (order.placed) from version 1 to 2 (stored as version 1, handlers know 2): no item in the order", failed))
+	var stored outbox.Event
+	require.NoError(t, json.Unmarshal(dls[0].Args, &stored))
+	require.Equal(t, 1, stored.Version)
+	require.JSONEq(t, `{"nothing": true}`, string(stored.Data))
+	select {
+	case body := <-bodies:
+		t.Fatalf("a failed upcast was delivered: %s", body)
+	default:
 	}
 }

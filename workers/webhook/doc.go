@@ -12,7 +12,7 @@
 // # Sections
 //
 //   - Registering: Bind, Register and Config
-//   - The request: body and headers
+//   - The request: body and headers, the event's version
 //   - What is delivered: the log, not the job row
 //   - Signatures: the scheme, for receivers in any language; Sign, Verify
 //   - A receiver in Go
@@ -46,7 +46,14 @@
 // Each attempt of a job is one POST to Config.URL with Content-Type
 // application/json. The body is the event envelope as riverbus_event holds
 // it: a JSON object with global_sequence, event_id, type, key, tags, data,
-// metadata and occurred_at (RFC 3339), plus "late": true for a late event.
+// metadata, occurred_at (RFC 3339) and version (the version of the event
+// type's data, 1 for a type's first), plus "late": true for a late event.
+// A webhook bound with Bind sends each event at the version its registry's
+// upcasters bring its type to (workers.Registry.Upcast): data and version
+// are then the upcast ones, the rest as the log holds it, and a failing
+// upcaster fails the attempt like any error (the job ends a dead letter
+// with the reason, and nothing is sent). Register's webhook sends the
+// stored version.
 // A transaction-grouped pool's job is sent as a workers.GroupArgs
 // (workers.GroupArgs): global_sequence (its first event's),
 // transaction_id, key, events (each an envelope as the log holds it), part

@@ -75,6 +75,11 @@ func TestForgedJobsAreRefused(t *testing.T) {
 	forgedPayload["data"] = map[string]any{"forged": "FORGED-PAYLOAD"}
 	forgedPayloadArgs, err := json.Marshal(forgedPayload)
 	require.NoError(t, err)
+	var forgedVersion map[string]any
+	require.NoError(t, json.Unmarshal([]byte(env1), &forgedVersion))
+	forgedVersion["version"] = 2
+	forgedVersionArgs, err := json.Marshal(forgedVersion)
+	require.NoError(t, err)
 	forgedSequenceArgs, err := json.Marshal(map[string]any{
 		"global_sequence": 1_000_000, "event_id": uuid.New(), "type": "order.placed", "key": "order-1",
 		"tags": []string{}, "data": map[string]any{"forged": "FORGED-SEQUENCE"}, "metadata": map[string]any{},
@@ -86,6 +91,7 @@ func TestForgedJobsAreRefused(t *testing.T) {
 		name, queue, args, reason string
 	}{
 		{"forged payload", bustype.DefaultQueue(pool), string(forgedPayloadArgs), "its args differ from event"},
+		{"forged version", bustype.DefaultQueue(pool), string(forgedVersionArgs), "as riverbus_event holds it (version)"},
 		{"forged sequence", bustype.DefaultQueue(pool), string(forgedSequenceArgs), "no event 1000000 in riverbus_event"},
 		{"another pool's event", bustype.DefaultQueue(pool), logEnvelope(t, b.db, payment), `(type "payment.made") does not match the filter of pool hooks`},
 		{"wrong queue", "spare", env1, `it is in queue spare, not in pool hooks's queue hooks`},
@@ -200,4 +206,25 @@ func TestGroupDeliveredAsTheLogHoldsIt(t *testing.T) {
 	job := waitJobState(t, b.db, id, rivertype.JobStateDiscarded)
 	require.Len(t, job.Errors, 1)
 	require.Contains(t, job.Errors[0], "is not of transaction "+group.TransactionID)
+}
+
+// A job inserted before events had versions has no "version" in its args:
+// it is the log's version 1, not a forgery, and is delivered with the
+// log's envelope, "version": 1 included.
+func TestArgsWithoutVersionAreDelivered(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	b := setup(t, 3, webhook.Config{URL: rcv.URL})
+	ev := b.insertEvent(t, "order.placed", "order-1", `{"order": 1}`) // not fanned out: the job below is its only one
+	var old map[string]any
+	require.NoError(t, json.Unmarshal([]byte(logEnvelope(t, b.db, ev.GlobalSequence)), &old))
+	delete(old, "version")
+	args, err := json.Marshal(old)
+	require.NoError(t, err)
+	id := forgeJob(t, b.db, bustype.DefaultQueue(pool), string(args))
+	waitJobState(t, b.db, id, rivertype.JobStateCompleted)
+	got := rcv.deliveries()
+	require.Len(t, got, 1)
+	require.JSONEq(t, logEnvelope(t, b.db, ev.GlobalSequence), string(got[0].Body))
+	require.Contains(t, string(got[0].Body), `"version": 1`)
 }

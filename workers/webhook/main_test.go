@@ -118,8 +118,8 @@ func (b *testBundle) insertEvent(t *testing.T, typ, key, data string) outbox.Eve
 	var ev outbox.Event
 	require.NoError(t, b.db.QueryRow(context.Background(),
 		`INSERT INTO riverbus_event (type, key, data) VALUES ($1, $2, $3)
-		RETURNING global_sequence, event_id, type, key, tags, data, metadata, occurred_at`, typ, key, data).
-		Scan(&ev.GlobalSequence, &ev.EventID, &ev.Type, &ev.Key, &ev.Tags, &ev.Data, &ev.Metadata, &ev.OccurredAt))
+		RETURNING global_sequence, event_id, type, key, tags, data, metadata, occurred_at, version`, typ, key, data).
+		Scan(&ev.GlobalSequence, &ev.EventID, &ev.Type, &ev.Key, &ev.Tags, &ev.Data, &ev.Metadata, &ev.OccurredAt, &ev.Version))
 	return ev
 }
 

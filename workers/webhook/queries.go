@@ -7,7 +7,8 @@ import "github.com/riverbus/riverbus/internal/riversql"
 // grouping and ordering, and per event, in the job's order: whether the log
 // holds it, whether the pool's filter matches it, its type, key,
 // transaction id and occurred_at, the envelope's fields that differ from
-// the log's (jsonb equality; occurred_at is compared in Go, as timestamps;
+// the log's (jsonb equality; a version missing from args made before events
+// had versions is 1; occurred_at is compared in Go, as timestamps;
 // a reference to a big event's payload, bustype.EventJobRef, has no data
 // and metadata to compare, and is one only for an event the fan-out would
 // have made one of), and the log's envelopes (one jsonb array: a text array
@@ -28,9 +29,10 @@ c AS (
 			CASE WHEN coalesce(nullif(c.claimed->'tags', 'null'), '[]') IS DISTINCT FROM to_jsonb(e.tags) THEN 'tags' END,
 			CASE WHEN NOT c.ref AND c.claimed->'data' IS DISTINCT FROM e.data THEN 'data' END,
 			CASE WHEN NOT c.ref AND c.claimed->'metadata' IS DISTINCT FROM e.metadata THEN 'metadata' END,
+			CASE WHEN coalesce(c.claimed->'version', '1') IS DISTINCT FROM to_jsonb(e.version) THEN 'version' END,
 			CASE WHEN c.ref AND (c.claimed->'payload_in_log' IS DISTINCT FROM 'true' OR c.claimed ?| '{data,metadata}'
 				OR e.global_sequence IS NOT NULL AND NOT (` + riversql.PayloadBig + `)) THEN 'payload_in_log' END,
-			CASE WHEN c.claimed - '{global_sequence,event_id,type,key,tags,data,metadata,occurred_at,payload_in_log}'::text[] <> '{}'
+			CASE WHEN c.claimed - '{global_sequence,event_id,type,key,tags,data,metadata,occurred_at,version,payload_in_log}'::text[] <> '{}'
 				THEN 'fields of its own' END
 		], NULL), ', ') AS differs,
 		` + riversql.EventEnvelope + ` AS envelope

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -195,6 +197,9 @@ func (w *worker) fromLog(ctx context.Context, job *river.Job[poolArgs]) ([]byte,
 			return refuse("event %d's key is not the group's %q", e.GlobalSequence, c.key)
 		}
 	}
+	if err := w.upcast(ctx, l.envelopes); err != nil {
+		return nil, uuid.Nil, err
+	}
 	if !c.group {
 		body := l.envelopes[0]
 		if c.late {
@@ -245,4 +250,47 @@ func deadLetter(ctx context.Context, job *river.Job[poolArgs], reason string) {
 		ScheduledAt:     []*time.Time{one.ScheduledAt},
 		State:           []rivertype.JobState{one.State},
 	})
+}
+
+// upcast brings each of the log's envelopes to the version of its type
+// that the worker's registry knows (workers.Registry.UpcastEvent), in
+// place: the envelope's data and version are replaced, the rest kept. An
+// envelope already at that version, or of a type the registry has no
+// version for, is kept byte for byte. A failure is the
+// *workers.UpcastError: the job is retried, and ends a dead letter with
+// it as its reason.
+func (w *worker) upcast(ctx context.Context, envelopes []json.RawMessage) error {
+	if w.versions == nil {
+		return nil
+	}
+	for i, env := range envelopes {
+		var head struct {
+			Type    string `json:"type"`
+			Version int    `json:"version"`
+		}
+		if err := json.Unmarshal(env, &head); err != nil {
+			return fmt.Errorf("decode the log's envelope: %w", err)
+		}
+		if v, ok := w.versions.VersionOf(head.Type); !ok || v == head.Version {
+			continue
+		}
+		var fields map[string]json.RawMessage
+		var e outbox.Event
+		if err := json.Unmarshal(env, &fields); err != nil {
+			return fmt.Errorf("decode the log's envelope: %w", err)
+		}
+		if err := json.Unmarshal(env, &e); err != nil {
+			return fmt.Errorf("decode the log's envelope: %w", err)
+		}
+		if err := w.versions.UpcastEvent(ctx, &e); err != nil {
+			return err
+		}
+		fields["data"], fields["version"] = e.Data, json.RawMessage(strconv.Itoa(e.Version))
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return fmt.Errorf("encode the upcast envelope of event %d: %w", e.GlobalSequence, err)
+		}
+		envelopes[i] = b
+	}
+	return nil
 }

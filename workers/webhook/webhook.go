@@ -162,7 +162,8 @@ type worker struct {
 	shownURL string   // redact.URL's, for errors and logs
 	hidden   []string // the URL's credentials, masked wherever they appear
 	secret   []byte
-	timeout  time.Duration // 0: none
+	timeout  time.Duration     // 0: none
+	versions *workers.Registry // its upcasters (Bind); nil: events go as stored
 	client   *http.Client
 	logger   *slog.Logger
 }
