@@ -18,7 +18,7 @@ import (
 
 // Tail follows the horizon, not the newest sequence: it shows events in
 // the order the fan-out delivers them, holes held until they are settled.
-const sqlTailEvents = `SELECT global_sequence, event_id, type, key, tags, data, metadata, occurred_at
+const sqlTailEvents = `SELECT global_sequence, event_id, type, key, tags, data, metadata, occurred_at, version
 FROM riverbus_event
 WHERE global_sequence > $1 AND global_sequence <= (SELECT horizon FROM riverbus_horizon)
 ORDER BY global_sequence LIMIT 1000`
@@ -124,8 +124,8 @@ func (a *app) tail(ctx context.Context, db *pgxpool.Pool, after int64, filter *b
 				}
 				continue
 			}
-			fmt.Fprintf(a.stdout, "%d  %s  %s  key=%s  tags=%s  %s\n", e.GlobalSequence, e.OccurredAt.Format(time.RFC3339Nano),
-				safe(e.Type), safe(e.Key), safeList(e.Tags), safe(string(e.Data)))
+			fmt.Fprintf(a.stdout, "%d  %s  %s  version=%d  key=%s  tags=%s  %s\n", e.GlobalSequence, e.OccurredAt.Format(time.RFC3339Nano),
+				safe(e.Type), e.Version, safe(e.Key), safeList(e.Tags), safe(string(e.Data)))
 		}
 		if len(events) == 1000 {
 			continue
