@@ -122,7 +122,9 @@ func (e *StatusError) Error() string {
 // River registers workers by Go type, each type with a fixed Kind; the pool
 // name is only known at run time, so Register uses river.AddWorkerArgs with
 // an args value whose Kind is the pool name. River decodes every job of the
-// kind into the same type, workers.Args.
+// kind into the same type, workers.Args. Its deliveries carry each event's
+// stored version: a plain river.Workers has no upcasters (Bind's webhook
+// upcasts with its registry's).
 func Register(ws *river.Workers, cfg Config) (err error) {
 	if ws == nil {
 		return errors.New("register webhook: workers is nil")
