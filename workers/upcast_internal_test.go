@@ -6,6 +6,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverbus/riverbus/outbox"
@@ -146,3 +148,35 @@ func TestUpcastRegistrationIsChecked(t *testing.T) {
 		`"u" has no upcaster from 3 to 4, 4 to 5: its chain from version 2 must reach version 5, the version its handlers know; `+
 		`"w" has an upcaster from version 3, but its handlers know version 3 (EventVersion): raise the declared version, or remove the upcaster`)
 }
+
+// BenchmarkUpcastingWork is what the registry's wrapper adds to a job's
+// Work: nothing to upcast (a type without versions), and a two-step chain
+// on a small event.
+func BenchmarkUpcastingWork(b *testing.B) {
+	ctx := context.Background()
+	inner := river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil })
+	for _, c := range []struct {
+		name  string
+		chain bool
+	}{{"no versions", false}, {"chain 1 to 3", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			reg := NewRegistry()
+			if c.chain {
+				reg.Upcast("t", 1, setField("b", 2))
+				reg.Upcast("t", 2, setField("c", 3))
+			}
+			w := &upcasting[benchArgs]{worker: inner, reg: reg}
+			job := &river.Job[benchArgs]{JobRow: &rivertype.JobRow{}, Args: benchArgs{Args{Event: outbox.Event{
+				GlobalSequence: 1, Type: "t", Data: json.RawMessage(`{"a": 1}`), Version: 1}}}}
+			for b.Loop() {
+				if err := w.Work(ctx, job); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+type benchArgs struct{ Args }
+
+func (benchArgs) Kind() string { return "bench" }
