@@ -104,7 +104,7 @@ func (e *DuplicateError) Error() string {
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // checkFields maps the CHECK constraints of migrations/sql/001_events.up.sql
-// (and 024's version) to the field they guard.
+// (and 025's version) to the field they guard.
 var checkFields = map[string]string{
 	"riverbus_event_type_length":       "Type",
 	"riverbus_event_tags_valid":        "Tags",
