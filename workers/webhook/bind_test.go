@@ -63,18 +63,23 @@ func TestBindDeliversThroughAClient(t *testing.T) {
 // version the registry knows of its type, with "version" saying so, signed
 // over what it receives; an event of a type without versions comes as
 // stored, version 1. A failing upcaster makes a dead letter with the
-// reason, and nothing is sent.
+// reason, and nothing is sent. A transaction group's events are each upcast.
 func TestBindDeliversUpcastEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewPool(t)
 	secret := []byte("a secret of at least twenty-four bytes")
 
-	bodies := make(chan []byte, 10)
+	bodies := make(chan []byte, 10) // pool hooks's
+	groups := make(chan []byte, 10) // pool hooks-tx's
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if err := webhook.Verify(secret, r.Header, b, time.Minute); err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		if r.Header.Get(webhook.HeaderPool) == "hooks-tx" {
+			groups <- b
 			return
 		}
 		bodies <- b
@@ -91,19 +96,25 @@ func TestBindDeliversUpcastEvents(t *testing.T) {
 		}
 		return json.Marshal(map[string]any{"sku": v1.Item, "qty": 1})
 	})
-	require.NoError(t, webhook.Bind(ws, webhook.Config{Pool: "hooks", URL: srv.URL, Secret: secret, Logger: discardLogger}, nil))
 	client, err := riverbus.NewClient(db, &riverbus.Config{Workers: ws, Logger: discardLogger})
 	require.NoError(t, err)
-	_, _, err = client.PoolCreate(ctx, bustype.PoolParams{Name: "hooks", MaxAttempts: 1})
-	require.NoError(t, err)
+	for _, p := range []bustype.PoolParams{
+		{Name: "hooks", MaxAttempts: 1, Tags: []string{"single=1"}},
+		{Name: "hooks-tx", MaxAttempts: 1, Tags: []string{"batch=1"}, Grouping: bustype.GroupTransaction},
+	} {
+		require.NoError(t, webhook.Bind(ws, webhook.Config{Pool: p.Name, URL: srv.URL, Secret: secret, Logger: discardLogger}, nil))
+		_, _, err = client.PoolCreate(ctx, p)
+		require.NoError(t, err)
+	}
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, client.Stop(context.Background())) })
 
+	single := []string{"single=1"}
 	appended, err := outbox.Append(ctx, db,
-		outbox.Event{Type: "order.placed", Data: json.RawMessage(`{"item": "a"}`)},
-		outbox.Event{Type: "order.placed", Data: json.RawMessage(`{"sku": "b", "qty": 3}`), Version: 2},
-		outbox.Event{Type: "order.paid", Data: json.RawMessage(`{"cents": 5}`)},
-		outbox.Event{Type: "order.placed", Data: json.RawMessage(`{"nothing": true}`)})
+		outbox.Event{Type: "order.placed", Tags: single, Data: json.RawMessage(`{"item": "a"}`)},
+		outbox.Event{Type: "order.placed", Tags: single, Data: json.RawMessage(`{"sku": "b", "qty": 3}`), Version: 2},
+		outbox.Event{Type: "order.paid", Tags: single, Data: json.RawMessage(`{"cents": 5}`)},
+		outbox.Event{Type: "order.placed", Tags: single, Data: json.RawMessage(`{"nothing": true}`)})
 	require.NoError(t, err)
 	want := map[int64]string{
 		appended[0].GlobalSequence: `{"sku": "a", "qty": 1}`,
@@ -145,5 +156,29 @@ func TestBindDeliversUpcastEvents(t *testing.T) {
 	case body := <-bodies:
 		t.Fatalf("a failed upcast was delivered: %s", body)
 	default:
+	}
+
+	// A transaction group of versions 1 and 2.
+	batch := []string{"batch=1"}
+	_, err = outbox.Append(ctx, db,
+		outbox.Event{Type: "order.placed", Tags: batch, Data: json.RawMessage(`{"item": "g"}`)},
+		outbox.Event{Type: "order.placed", Tags: batch, Data: json.RawMessage(`{"sku": "h", "qty": 2}`), Version: 2})
+	require.NoError(t, err)
+	select {
+	case body := <-groups:
+		var group struct {
+			Events []struct {
+				Version int             `json:"version"`
+				Data    json.RawMessage `json:"data"`
+			} `json:"events"`
+		}
+		require.NoError(t, json.Unmarshal(body, &group), "%s", body)
+		require.Len(t, group.Events, 2, "%s", body)
+		for i, data := range []string{`{"sku": "g", "qty": 1}`, `{"sku": "h", "qty": 2}`} {
+			require.Equal(t, 2, group.Events[i].Version, "%s", body)
+			require.JSONEq(t, data, string(group.Events[i].Data), "%s", body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the grouped webhook received nothing")
 	}
 }
