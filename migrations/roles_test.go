@@ -168,6 +168,7 @@ func TestRolesGrants(t *testing.T) {
 	}
 	want := map[string]map[string]string{
 		"riverbus_app": {
+			"riverbus_backfill":              "INSERT,SELECT,UPDATE",
 			"riverbus_command":               "INSERT,SELECT",
 			"riverbus_event":                 "INSERT,SELECT",
 			"riverbus_event_global_sequence": "USAGE",
@@ -358,6 +359,35 @@ func TestAppRole(t *testing.T) {
 		`CREATE TEMP SEQUENCE riverbus_event_global_sequence START 1000`,
 		`CREATE TEMP TABLE riverbus_pool (name text)`,
 	)
+}
+
+// TestAppRoleBackfills: an application login backfills its own rows (it
+// keeps the backfill's progress row); the worker role may not touch the
+// progress rows.
+func TestAppRoleBackfills(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupRoles(t)
+	app := b.login(t, "riverbus_app")
+	worker := b.login(t, "riverbus_worker")
+	_, err := b.owner.Exec(ctx, `CREATE TABLE customers AS SELECT i AS id, 'c' || i AS name FROM generate_series(1, 25) AS i;
+		GRANT SELECT ON customers TO riverbus_app`)
+	require.NoError(t, err)
+
+	st, err := outbox.Backfill(ctx, app, outbox.BackfillParams{Type: "customer.imported", BatchSize: 10, Count: true,
+		Query: `SELECT id, name AS key, jsonb_build_object('name', name) AS data FROM customers`})
+	require.NoError(t, err)
+	require.Equal(t, int64(25), st.Appended)
+	require.True(t, st.Finished)
+
+	requireDenied(t, worker,
+		`SELECT name FROM riverbus_backfill`,
+		`UPDATE riverbus_backfill SET last_id = NULL`,
+	)
+	// Progress rows are never deleted by a backfill: the application may
+	// not delete them either (a lost row costs a run from the start, which
+	// appends nothing twice).
+	requireDenied(t, app, `DELETE FROM riverbus_backfill`)
 }
 
 // billingArgs are the args of the jobs of pool "billing".

@@ -1136,6 +1136,24 @@ CREATE TABLE public.river_queue (
 );
 
 --
+-- Name: riverbus_backfill; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.riverbus_backfill (
+    name text NOT NULL,
+    type text NOT NULL,
+    query text NOT NULL,
+    last_id text,
+    rows_appended bigint DEFAULT 0 NOT NULL,
+    rows_already bigint DEFAULT 0 NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    CONSTRAINT riverbus_backfill_name_length CHECK (((char_length(name) >= 1) AND (char_length(name) <= 200))),
+    CONSTRAINT riverbus_backfill_type_length CHECK (((char_length(type) >= 1) AND (char_length(type) <= 255)))
+);
+
+--
 -- Name: riverbus_command; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1521,6 +1539,13 @@ ALTER TABLE ONLY public.river_notification
 
 ALTER TABLE ONLY public.river_queue
     ADD CONSTRAINT river_queue_pkey PRIMARY KEY (name);
+
+--
+-- Name: riverbus_backfill riverbus_backfill_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.riverbus_backfill
+    ADD CONSTRAINT riverbus_backfill_pkey PRIMARY KEY (name);
 
 --
 -- Name: riverbus_command riverbus_command_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -2203,6 +2228,12 @@ GRANT SELECT,USAGE ON SEQUENCE public.river_notification_id_seq TO riverbus_work
 --
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.river_queue TO riverbus_worker;
+
+--
+-- Name: TABLE riverbus_backfill; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.riverbus_backfill TO riverbus_app;
 
 --
 -- Name: TABLE riverbus_command; Type: ACL; Schema: public; Owner: -

@@ -139,6 +139,8 @@ func TestOldestCodeLine(t *testing.T) {
 			want = 22
 		case "horizon_marks": // marks older code does not write, which only makes rewinds reach back further
 			want = 22
+		case "backfill": // a table older code never reads
+			want = 22
 		}
 		require.Equal(t, want, m.OldestCode, "migration %d", m.Version)
 	}
