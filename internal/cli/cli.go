@@ -186,6 +186,7 @@ with OpenTelemetry when the standard OTEL_* variables ask for it
 		a.statusCommand(),
 		a.dlqCommand(),
 		a.appendCommand(),
+		a.backfillCommand(),
 		a.repairCommand(),
 		a.retentionCommand(),
 	}
