@@ -8,9 +8,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
@@ -167,14 +167,12 @@ func (a *app) runBackfill(ctx context.Context, db outbox.BackfillDB, p outbox.Ba
 func lostConnection(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // admin or crash shutdown, starting up
-			pgErr.Code == "53300",                        // too many connections
-			pgErr.Code == "40001", pgErr.Code == "40P01": // serialization failure, deadlock
+		switch pgErr.Code {
+		case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow, pgerrcode.TooManyConnections,
+			pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected:
 			return true
 		}
-		return false
+		return pgerrcode.IsConnectionException(pgErr.Code)
 	}
 	var netErr net.Error
 	var connectErr *pgconn.ConnectError
