@@ -153,21 +153,23 @@ func configTable(root *cobra.Command) string {
 		if s.Default != "" {
 			def = "`" + s.Default + "`"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", name, flag, commandsTaking(root, s.Flag), def, s.Desc)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", name, flag, commandsTaking(root, s.Flag, config.Prefix+"_"+s.Env), def, s.Desc)
 	}
 	return b.String()
 }
 
-// commandsTaking names the top-level commands with the flag (a group has
-// it when one of its subcommands does): "every command", "every command
-// but `dev`", or a list.
-func commandsTaking(root *cobra.Command, flag string) string {
+// commandsTaking names the top-level commands with the setting's flag (a
+// group has it when one of its subcommands does): "every command", "every
+// command but `dev`", or a list. A flag of the same name that is a
+// command's own (backfill's --batch-size) does not count: only one whose
+// usage names the setting's variable, env.
+func commandsTaking(root *cobra.Command, flag, env string) string {
 	var with, without []string
 	for _, c := range root.Commands() {
 		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
 			continue
 		}
-		if takesFlag(c, flag) {
+		if takesFlag(c, flag, env) {
 			with = append(with, "`"+c.Name()+"`")
 		} else {
 			without = append(without, "`"+c.Name()+"`")
@@ -185,15 +187,16 @@ func commandsTaking(root *cobra.Command, flag string) string {
 	return strings.Join(with, ", ")
 }
 
-// takesFlag reports whether cmd or one of its subcommands has the flag,
-// its own or inherited.
-func takesFlag(cmd *cobra.Command, flag string) bool {
+// takesFlag reports whether cmd or one of its subcommands has the flag of
+// the variable env, its own or inherited.
+func takesFlag(cmd *cobra.Command, flag, env string) bool {
 	if !cmd.HasSubCommands() {
 		cmd.InheritedFlags() // merges the parents' persistent flags into Flags
-		return cmd.Flags().Lookup(flag) != nil
+		f := cmd.Flags().Lookup(flag)
+		return f != nil && strings.Contains(f.Usage, env)
 	}
 	for _, c := range cmd.Commands() {
-		if takesFlag(c, flag) {
+		if takesFlag(c, flag, env) {
 			return true
 		}
 	}
