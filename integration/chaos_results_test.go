@@ -46,6 +46,7 @@ type chaosResults struct {
 	longCommitted int // long transactions' events committed
 
 	neighbour chaosNeighbourResults
+	backfill  chaosBackfillResults
 	stalled   []string // pools stalled while the run went on or not drained
 
 	extraProblems int // the test client's pools: start points, exactly once, transactions
@@ -90,6 +91,7 @@ func (r *chaosRun) collect() *chaosResults {
 	res.dlProblems, res.dlExamples = r.actions.deadLetterProblems(r.t, r.ctx, r.db)
 	res.byReason = deadLettersByReason(r.t, r.ctx, r.db)
 	res.neighbour = r.neighbourResults()
+	res.backfill = r.backfillResults()
 	res.stalled = r.stalledPools()
 	return res
 }
@@ -297,13 +299,13 @@ func (r *chaosRun) checkLate(res *chaosResults) {
 // events.
 func (r *chaosRun) report(res *chaosResults) {
 	t, ctx, db, a, h, nb := r.t, r.ctx, r.db, r.actions, res.horizon, res.neighbour
-	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d hook_cuts=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d horizon_stalls=%d cancelled_jobs=%d forged_notifies=%d parse_locks=%d/%d advisory_locks=%d lock_waits=%d resume_breaches=%d temp_seq=%d/%d big_events=%dx%dMiB dead_letters_by_reason=%s wall=%s\n",
+	fmt.Printf("chaos: %s events_committed=%d rolled_back=%d long_tx=%d prepared=%d/%d poison=%d ui_retries=%d seq_jumps=%d jobs projection=%d hooks=%d ordered=%d lost=%d duplicate_jobs=%d projection_mismatches=%d order_violations=%d start_point_errors=%d unexpected_dead_letters=%d late_events=%d hook_redeliveries=%d hook_cuts=%d kills=%d rescued_jobs=%d pg_crashes=%d stalled_pools=%d horizon_stalls=%d cancelled_jobs=%d forged_notifies=%d parse_locks=%d/%d advisory_locks=%d lock_waits=%d resume_breaches=%d temp_seq=%d/%d big_events=%dx%dMiB dead_letters_by_reason=%s backfill_rows=%d backfill_rows_per_s=%.0f wall=%s\n",
 		r.dur, len(r.committed), r.load.rolledBack, res.longCommitted, a.preparedN.committed, a.preparedN.rolledBack,
 		len(a.poison), a.uiRetries, a.jumps, res.jobs[chaosProjection], res.jobs[chaosHooks], res.jobs[chaosOrdered],
 		res.totalLost(), res.duplicates, res.mismatches, res.violations, res.extraProblems, res.dlProblems, h.LateEvents, res.redeliveries, res.hookCuts,
 		r.kills, r.rescued, r.pgCrashes, len(res.stalled), r.stalls.horizonStalls, nb.cancelled, nb.forged, nb.locksHeld, nb.refused, nb.advHeld,
 		len(r.stalls.lockWaits), nb.breaches, nb.planted, nb.tempTried, nb.big, nb.bigSize>>20,
-		res.byReason, time.Since(r.began).Round(time.Second))
+		res.byReason, res.backfill.events, r.backfill.rowsPerSecond(), time.Since(r.began).Round(time.Second))
 	t.Logf("neighbour: %d forged control messages (%d cancels of running jobs) on every River control channel; %d hold periods: parse-time locks held %d, refused %d (by SQLSTATE: %s), held on [%s]; advisory keys held %d",
 		nb.forged, nb.cancels, nb.holds, nb.locksHeld, nb.refused, nb.refusedBy, nb.heldNames, nb.advHeld)
 	t.Logf("probes run while the neighbour held its locks: %v; sessions seen waiting for its locks: %v", nb.probes, r.stalls.waits())
@@ -394,6 +396,9 @@ func (r *chaosRun) verify(res *chaosResults) {
 		}
 		require.Len(t, res.lateSeqs, int(res.horizon.LateEvents), "every late event recorded")
 		require.Empty(t, res.lateWrong, "late events with other than one job per pool")
+	})
+	t.Run("BackfillEachRowOnce", func(t *testing.T) {
+		r.verifyBackfill(t, res.backfill)
 	})
 	t.Run("EveryDisruptionHappened", func(t *testing.T) {
 		require.Positive(t, len(r.actions.poison), "poison events appended")

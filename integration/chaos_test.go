@@ -87,8 +87,10 @@ func chaosDuration(t *testing.T) time.Duration {
 // PostgreSQL crashes once (immediate shutdown, then recovery). Meanwhile a
 // login with no riverbus grant sprays forged River control messages, holds
 // parse-time locks and advisory keys, and an application login appends
-// through a temporary sequence and appends big events (chaosNeighbour); no
-// pool may stop for over 10 s (chaosStalls). Then every committed event
+// through a temporary sequence and appends big events (chaosNeighbour); a
+// `riverbus backfill` of an application's rows runs beside the traffic,
+// killed -9 once and run again (chaosBackfill); no pool may stop for over
+// 10 s (chaosStalls). Then every committed event
 // must have exactly one job per pool, every job must be finished and none
 // cancelled, the projection must be exact, every key's successful runs in
 // order, and late events delivered. It prints one line of figures
@@ -148,6 +150,7 @@ type chaosRun struct {
 	extra     *chaosPools     // pools worked by the test's own River client
 	actions   *chaosActions   // poison events, failing events, UI retries, 2PC, a jump
 	neighbour *chaosNeighbour // a login with no grants, and an application login's moves
+	backfill  *chaosBackfill  // existing rows turned into events beside the traffic
 	stalls    *chaosStalls    // pools and horizon stopped for a while
 	hooks     *hookReceiver
 	hookURL   string
@@ -249,6 +252,7 @@ func setUpChaos(t *testing.T) *chaosRun {
 	hookSrv := httptest.NewServer(r.hooks)
 	t.Cleanup(hookSrv.Close)
 	r.hookURL = hookSrv.URL + "/events"
+	r.setUpBackfill()
 	return r
 }
 
@@ -303,8 +307,8 @@ func (r *chaosRun) startProcesses() {
 // chaosRollbacks% rolled back), chaosLongWriters goroutines whose
 // transactions outlive the gap timeout (late events), a two-phase-commit
 // writer, the neighbour (until the drain ends) with the probes of its locks,
-// the application login's temporary sequence and big events, and the
-// back-pressure goroutine that throttles the writers while the backlog is
+// the application login's temporary sequence and big events, the backfill
+// (until it finishes), and the back-pressure goroutine that throttles the writers while the backlog is
 // over chaosMaxBacklog.
 func (r *chaosRun) startTraffic() {
 	wctx, stopWriters := context.WithTimeout(r.ctx, r.dur)
@@ -324,6 +328,8 @@ func (r *chaosRun) startTraffic() {
 	go r.tempSequence()
 	go r.operatorPause()
 	r.startBigEvents()
+	r.load.wg.Add(1)
+	go r.runBackfill()
 	r.writersDone = make(chan struct{})
 	go func() { r.load.wg.Wait(); close(r.writersDone) }()
 	r.backpressureDone = make(chan struct{})
@@ -644,6 +650,7 @@ func (r *chaosRun) stopTraffic() {
 	<-r.backpressureDone
 	r.actions.settle(r.t, r.ctx, r.load.committed)
 	r.neighbour.settle(r.t, r.load.committed)
+	r.backfill.settle(r.t, r, r.load.committed)
 	r.committed = r.load.wait(r.t, r.db)
 	r.t.Logf("%5.1fs writers done: %d events committed, %d rolled back, %d long transactions; draining",
 		r.elapsed(), len(r.committed), r.load.rolledBack, r.longStarted)
