@@ -66,6 +66,17 @@
 // sequence order, after a position and up to a limit, using the indexes on
 // (type, global_sequence), (key, global_sequence) and the GIN index on tags.
 //
+// # Backfill
+//
+// Backfill turns an application's existing rows into events: the rows of a
+// query (id, key, data, optionally tags and occurred_at), read in id order
+// in keyset batches, each batch appended in a transaction of its own
+// together with the backfill's progress (riverbus_backfill), so a run
+// killed at any point and started again appends each row exactly once.
+// Each event's id derives from the backfill's name and the row's id
+// (BackfillEventID), and each carries the tag BackfillTag(name). See
+// docs/backfill.md, and `riverbus backfill`.
+//
 // # Commands
 //
 // RecordCommandTx records the command that caused a transaction's events in
