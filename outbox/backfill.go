@@ -46,8 +46,8 @@ import (
 // and nothing of its batch is appended: after a fix, a run resumes at that
 // batch. Invalid params are a *ValidationError (ErrInvalidEvent).
 //
-// When ctx ends, Backfill lets a batch whose transaction has begun commit
-// (or fail), appends no more, and returns ctx's error with the status. It
+// When ctx ends, Backfill lets a batch whose append has begun commit (or
+// fail), appends no more, and returns ctx's error with the status. It
 // returns the status of the run so far with any error.
 func Backfill(ctx context.Context, db BackfillDB, p BackfillParams) (BackfillStatus, error) {
 	began := time.Now()
@@ -111,7 +111,8 @@ type BackfillParams struct {
 	// first batch, for BackfillStatus.Total. A count cut short by the
 	// session's statement_timeout leaves Total unknown.
 	Count bool
-	// DryRun reads and checks every row and counts what would be appended,
+	// DryRun reads and checks the rows a run would read (after the last id
+	// of a backfill that ran before) and counts what would be appended,
 	// appending nothing and writing no progress.
 	DryRun bool
 	// Progress, when set, is called once the run knows where it starts
