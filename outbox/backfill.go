@@ -34,7 +34,7 @@ import (
 // appended again, even by a run that lost its progress row, and is counted
 // as already there.
 //
-// Each event has the backfill's Type, the row's key, data, tags (and
+// Each event has the backfill's Type and Version, the row's key, data, tags (and
 // occurred_at, when the query returns one) plus the tag BackfillTag(name),
 // and metadata naming the backfill and the row's id (BackfillMetadataName,
 // BackfillMetadataID). Its sequence is new: it comes after every event
@@ -88,6 +88,11 @@ type BackfillParams struct {
 	// Type is every event's type; a run of a name that ran before must
 	// give the same.
 	Type string
+	// Version is the version of Type's data that the query's data column
+	// holds (Event.Version: 1 to VersionMax; 0 means 1). Live appenders at
+	// version 3 backfill at version 3, or their old rows reach handlers
+	// through the upcasters of version 1.
+	Version int
 	// Query returns the rows, with these columns and no other:
 	//   - id: unique, of any type with an order (bigint, text, uuid, …):
 	//     the rows are read in its order, and it names the row;
@@ -244,6 +249,9 @@ func (p BackfillParams) validate() error {
 	}
 	if field, reason := checkType("Type", p.Type); reason != "" {
 		return invalid(field, reason)
+	}
+	if p.Version < 0 || p.Version > VersionMax {
+		return invalid("Version", fmt.Sprintf("must be 1 to %d (0 means 1), got %d", VersionMax, p.Version))
 	}
 	if p.Name == "" && utf8.RuneCountInString(p.Type) > BackfillNameMaxLength {
 		return invalid("Name", fmt.Sprintf("must be given for a type over %d characters", BackfillNameMaxLength))
@@ -649,7 +657,7 @@ func (b *backfill) events(rows []backfillRow) ([]Event, error) {
 			return nil, fmt.Errorf("backfill %q: encode metadata: %w", b.name, err)
 		}
 		e := Event{EventID: BackfillEventID(b.name, id), Type: b.p.Type, Key: r.key.String, Tags: tags,
-			Data: json.RawMessage(r.data.String), Metadata: metadata}
+			Data: json.RawMessage(r.data.String), Metadata: metadata, Version: b.p.Version}
 		if r.occurredAt.Valid {
 			if r.occurredAt.InfinityModifier != pgtype.Finite {
 				return nil, bad("occurred_at", "must be a finite time, got infinity")

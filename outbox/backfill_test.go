@@ -79,7 +79,7 @@ func TestBackfillAppendsEachRowOnceInIDOrder(t *testing.T) {
 		FROM customers -- a trailing comment
 		;`
 	var seen []outbox.BackfillStatus
-	st, err := outbox.Backfill(ctx, db, outbox.BackfillParams{Type: "customer.imported", Query: query, BatchSize: 10, Count: true,
+	st, err := outbox.Backfill(ctx, db, outbox.BackfillParams{Type: "customer.imported", Version: 3, Query: query, BatchSize: 10, Count: true,
 		Progress: func(s outbox.BackfillStatus) { seen = append(seen, s) }})
 	require.NoError(t, err)
 	require.Equal(t, "customer.imported", st.Name, "the name defaults to the type")
@@ -104,6 +104,7 @@ func TestBackfillAppendsEachRowOnceInIDOrder(t *testing.T) {
 		require.Equal(t, "customer.imported", e.name)
 		require.Equal(t, outbox.BackfillEventID("customer.imported", id), e.event.EventID)
 		require.Equal(t, "customer.imported", e.event.Type)
+		require.Equal(t, 3, e.event.Version)
 		require.Equal(t, "customer-"+id, e.event.Key)
 		require.JSONEq(t, fmt.Sprintf(`{"name": "c%d"}`, i+1), string(e.event.Data))
 		if (i+1)%2 == 0 {
@@ -454,6 +455,7 @@ func TestBackfillRefusesBadParams(t *testing.T) {
 		{outbox.BackfillParams{Type: "t", Query: query, BatchSize: -1}, "BackfillParams.BatchSize"},
 		{outbox.BackfillParams{Type: "t", Query: query, BatchSize: outbox.BackfillBatchSizeMax + 1}, "BackfillParams.BatchSize"},
 		{outbox.BackfillParams{Type: "t", Query: query, Rate: -1}, "BackfillParams.Rate"},
+		{outbox.BackfillParams{Type: "t", Query: query, Version: outbox.VersionMax + 1}, "BackfillParams.Version"},
 		{outbox.BackfillParams{Type: "t", Query: query, Name: long}, "BackfillParams.Name"},
 		{outbox.BackfillParams{Type: "t", Query: query, Name: "a\x00b"}, "BackfillParams.Name"},
 	} {

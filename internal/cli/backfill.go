@@ -72,6 +72,9 @@ command again to resume there; 3 stopped by a signal before the end.`,
 			if p.BatchSize < 1 || p.BatchSize > outbox.BackfillBatchSizeMax {
 				return usage("--batch-size must be between 1 and %d, got %d", outbox.BackfillBatchSizeMax, p.BatchSize)
 			}
+			if p.Version < 1 || p.Version > outbox.VersionMax {
+				return usage("--version must be between 1 and %d, got %d", outbox.VersionMax, p.Version)
+			}
 			if p.Rate < 0 {
 				return usage("--rate must not be negative, got %v", p.Rate)
 			}
@@ -97,6 +100,7 @@ command again to resume there; 3 stopped by a signal before the end.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&p.Type, "type", "", "event type of every backfilled event (required)")
+	f.IntVar(&p.Version, "version", 1, fmt.Sprintf("version of the type's data that the query's data holds, 1 to %d (docs/evolving-events.md)", outbox.VersionMax))
 	f.StringVar(&p.Query, "query", "", "SQL returning the rows: id, key, data [, tags] [, occurred_at]")
 	f.StringVar(&queryFile, "query-file", "", "file holding the query (- for stdin)")
 	f.StringVar(&p.Name, "name", "", "the backfill's name: its progress and its events' tag backfill=NAME (default: the type)")

@@ -51,14 +51,14 @@ func TestBackfillCommand(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "customers.sql")
 	require.NoError(t, os.WriteFile(file, []byte(customersQuery+";\n"), 0o600))
 	r = ok(t, run(t, dbURL, "backfill", "--type", "customer.imported", "--name", "customers", "--query-file", file,
-		"--batch-size", "50", "--progress-every", "1ns"))
+		"--batch-size", "50", "--progress-every", "1ns", "--version", "2"))
 	require.Contains(t, r.stdout, "backfill customers: finished: 120 events appended, 0 rows already there, in ")
 	require.Contains(t, r.stderr, "backfill customers: starting\n")
 	// A line per batch (progress every 1ns), counted against the total.
 	for _, line := range []string{"50/120 rows (42%)", "100/120 rows (83%)", "120/120 rows (100%)"} {
 		require.Regexp(t, regexp.MustCompile(`backfill customers: `+regexp.QuoteMeta(line)+`, \d+ rows/s, ETA \w+`), r.stderr)
 	}
-	require.Equal(t, 120, count(`SELECT count(*) FROM riverbus_event WHERE tags @> '{backfill=customers}' AND type = 'customer.imported'`))
+	require.Equal(t, 120, count(`SELECT count(*) FROM riverbus_event WHERE tags @> '{backfill=customers}' AND type = 'customer.imported' AND version = 2`))
 
 	r = ok(t, run(t, dbURL, "backfill", "--type", "customer.imported", "--name", "customers", "--query-file", file, "--no-count"))
 	require.Contains(t, r.stderr, "backfill customers: resuming after id 120 (120 rows appended by earlier runs)")
@@ -81,6 +81,7 @@ func TestBackfillCommandBadInput(t *testing.T) {
 		{[]string{"--type", "t", "--query", "x", "--query-file", "y"}, "if any flags in the group [query query-file] are set none of the others can be"},
 		{[]string{"--type", "t", "--query", customersQuery, "--batch-size", "0"}, "--batch-size must be between 1 and 100000, got 0"},
 		{[]string{"--type", "t", "--query", customersQuery, "--rate", "-1"}, "--rate must not be negative"},
+		{[]string{"--type", "t", "--query", customersQuery, "--version", "0"}, "--version must be between 1 and 10000, got 0"},
 		{[]string{"--type", "t", "--query-file", filepath.Join(t.TempDir(), "missing.sql")}, "--query-file: open "},
 		{[]string{"--type", "", "--query", customersQuery}, "BackfillParams.Type must not be empty"},
 		{[]string{"--type", "t", "--query", `SELECT id, '{}'::jsonb AS data FROM customers`}, `query: key is missing`},
