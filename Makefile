@@ -22,7 +22,7 @@ run: build ## Run the demo: throwaway PostgreSQL (unless DATABASE_URL is set), f
 
 test: ## Every test, integration included, against a PostgreSQL the tests start
 	$(GO) vet $(PKGS)
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -p 4 -parallel 4 -timeout 20m $(PKGS)
 
 test/race: ## Every test with the race detector
 	$(GO) test -count=1 -race -timeout 30m $(PKGS)

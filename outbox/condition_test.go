@@ -26,6 +26,9 @@ func TestAppendIfTxConcurrentConflict(t *testing.T) {
 		cond := outbox.AppendCondition{
 			FailIfEventsMatch: outbox.Query{{Tags: []string{course}}},
 			After:             seed[0].GlobalSequence,
+			// Twenty racers queue for one lock; on a saturated machine the
+			// last may wait past the default 5 s. Who wins is what counts.
+			LockTimeout: time.Minute,
 		}
 		results := race(t, bundle.db, 20, func(ctx context.Context, tx pgx.Tx, i int) ([]outbox.Appended, error) {
 			return outbox.AppendIfTx(ctx, tx, cond, event("StudentSubscribed", course, fmt.Sprintf("student=%d", i)))
@@ -58,7 +61,7 @@ func TestAppendIfTxConcurrentDuplicate(t *testing.T) {
 
 	for iter := range 20 {
 		idempotency := fmt.Sprintf("idempotency=request-%d", iter)
-		cond := outbox.AppendCondition{IdempotencyQuery: outbox.Query{{Tags: []string{idempotency}}}}
+		cond := outbox.AppendCondition{IdempotencyQuery: outbox.Query{{Tags: []string{idempotency}}}, LockTimeout: time.Minute}
 		results := race(t, bundle.db, 20, func(ctx context.Context, tx pgx.Tx, i int) ([]outbox.Appended, error) {
 			return outbox.AppendIfTx(ctx, tx, cond,
 				event("OrderPlaced", idempotency, "order=1"),
