@@ -82,8 +82,10 @@ func TestRunDemoProcess(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	select {
 	case <-p.done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("riverbus run did not exit within 15s of SIGINT:\n%s", p.out.String())
+	// A hang guard: the shutdown stops River and a PostgreSQL server, which
+	// a saturated machine may take well over a quiet one's second to do.
+	case <-time.After(time.Minute):
+		t.Fatalf("riverbus run did not exit within a minute of SIGINT:\n%s", p.out.String())
 	}
 	require.NoError(t, p.err, p.out.String())
 	require.Contains(t, p.out.String(), "throwaway PostgreSQL stopped and removed")

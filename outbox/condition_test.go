@@ -272,12 +272,13 @@ func TestAppendIfTxLockWaitNamesTheHolder(t *testing.T) {
 	_, err = outbox.AppendIfTx(ctx, txA, cond, event("StudentSubscribed", "course=1", "student=a"))
 	require.NoError(t, err)
 
-	cond.LockTimeout = time.Second
+	// Long enough for the holder to be looked up on a saturated machine.
+	cond.LockTimeout = 3 * time.Second
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	_, err = outbox.AppendIf(waitCtx, bundle.db, cond, event("StudentSubscribed", "course=1", "student=b"))
 	require.Error(t, err)
-	require.Contains(t, err.Error(), fmt.Sprintf(`append if: lock append condition: waited 1s for row lock on riverbus_private_public.riverbus_append_lock held by pid %d (role `,
+	require.Contains(t, err.Error(), fmt.Sprintf(`append if: lock append condition: waited 3s for row lock on riverbus_private_public.riverbus_append_lock held by pid %d (role `,
 		holder.Conn().PgConn().PID()))
 	require.Contains(t, err.Error(), `application_name "slow appender", idle in transaction for `)
 

@@ -27,7 +27,7 @@ import (
 // subtest included: a hang guard, far above what it takes, since Chromium
 // and the servers share two cores with the rest of the suite and, in a
 // saturated run, with other work too.
-const browserTimeout = 5 * time.Minute
+const browserTimeout = 10 * time.Minute
 
 // TestBrowser loads River UI in headless Chromium: the jobs page renders the
 // pool's job; with basic auth, a load without credentials gets 401 and no
