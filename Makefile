@@ -3,7 +3,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help run test test/race test/short bench chaos lint tidy build install generate schema
+.PHONY: help run test test/core test/watermill test/race test/short bench chaos lint tidy build install generate schema
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z\/_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,15 +20,23 @@ install: ## Install the riverbus command into $GOBIN, else $(go env GOPATH)/bin,
 run: build ## Run the demo: throwaway PostgreSQL (unless DATABASE_URL is set), fan-out, workers, River UI
 	./bin/riverbus run --demo
 
-test: ## Every test, integration included, against a PostgreSQL the tests start
+test: ## Every test, integration included, against a PostgreSQL the tests start; the Watermill module's run beside the core's
 	$(GO) vet $(PKGS)
+	cd watermill && $(GO) vet ./...
+	$(MAKE) --no-print-directory -j2 --output-sync=target test/core test/watermill
+
+test/core: ## The core module's tests
 	$(GO) test -count=1 -p 4 -parallel 4 -timeout 20m $(PKGS)
+
+test/watermill: ## The Watermill adapter's tests, Watermill's universal Pub/Sub suite among them
+	cd watermill && $(GO) test -count=1 -timeout 20m ./...
 
 test/race: ## Every test with the race detector
 	$(GO) test -count=1 -race -timeout 30m $(PKGS)
 
 test/short: ## Fast tests only (skips multi-process and restart tests)
 	$(GO) test -count=1 -short $(PKGS)
+	cd watermill && $(GO) test -count=1 -short ./...
 
 bench: ## Build bin/riverbus-bench and run it: riverbus beside raw River, table + bench/results.json (about 18 min on 2 cores; BENCH_FLAGS="--scale 0.1" for a quick look)
 	$(GO) build -o bin/riverbus-bench ./cmd/riverbus-bench
@@ -40,9 +48,11 @@ chaos: ## Try hard to lose an event for 5 min (CHAOS_DURATION=30m for longer): k
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
+	cd watermill && $(GO) vet ./...
 
-tidy: ## go mod tidy
+tidy: ## go mod tidy, in both modules
 	$(GO) mod tidy
+	cd watermill && $(GO) mod tidy
 
 generate: ## go generate
 	$(GO) generate $(PKGS)
