@@ -226,6 +226,12 @@ func (s *Server) makeDir() error {
 	if err != nil {
 		return fmt.Errorf("create temporary directory: %w", err)
 	}
+	// Who owns it, for removeStale in other processes: an initdb on a
+	// loaded machine may run for minutes before a postmaster.pid exists.
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("record the owner of %s: %w", dir, err)
+	}
 	if s.cred != nil {
 		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
 			_ = os.RemoveAll(dir)
@@ -404,21 +410,37 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// ownerFile, in a server's temporary directory, holds the pid of the
+// process that made it.
+const ownerFile = "owner.pid"
+
+// alive reports whether the pid a file holds is a running process.
+func alive(pidFile string) bool {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return false
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
+
 // removeStale removes the directories of throwaway servers whose process is
-// gone (their owner was killed before it could clean up).
+// gone (their owner was killed before it could clean up): neither the
+// process that made the directory nor its server runs. A directory without
+// an owner file (made by an older build) is left alone for its first
+// minute, as it may be starting right now.
 func removeStale() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
 	for _, dir := range dirs {
+		if alive(filepath.Join(dir, ownerFile)) {
+			continue // its owner runs: starting, running or stopping it
+		}
 		fi, err := os.Stat(dir)
 		if err != nil || time.Since(fi.ModTime()) < time.Minute {
 			continue // may be starting right now
 		}
-		pidFile, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
-		if err == nil {
-			pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(pidFile), "\n", 2)[0]))
-			if pid > 0 && syscall.Kill(pid, 0) == nil {
-				continue // still running
-			}
+		if alive(filepath.Join(dir, "data", "postmaster.pid")) {
+			continue // its server still runs
 		}
 		_ = os.RemoveAll(dir)
 	}
