@@ -29,7 +29,7 @@ test/core: ## The core module's tests
 	$(GO) test -count=1 -p 4 -parallel 4 -timeout 20m $(PKGS)
 
 test/watermill: ## The Watermill adapter's tests, Watermill's universal Pub/Sub suite among them
-	cd watermill && $(GO) test -count=1 -timeout 20m ./...
+	cd watermill && $(GO) test -count=1 -timeout 30m ./...
 
 test/race: ## Every test with the race detector
 	$(GO) test -count=1 -race -timeout 30m $(PKGS)

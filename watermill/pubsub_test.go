@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,6 +25,10 @@ import (
 	rbw "github.com/riverbus/riverbus/watermill"
 	"github.com/riverbus/riverbus/workers"
 )
+
+// stressCopies is how many copies of the suite TestPubSubStress runs when
+// STRESS_TEST_COUNT is not set.
+const stressCopies = 2
 
 // quietLogger keeps riverbus's and River's info lines (a start and a
 // stop per subscription, hundreds in the suite) out of the test output.
@@ -75,6 +80,11 @@ func constructors(t *testing.T, db *pgxpool.Pool, pool bustype.PoolParams) (test
 	return func(t *testing.T) (message.Publisher, message.Subscriber) { return group(t, "") }, group
 }
 
+// freshSuite returns the suite's constructors over a fresh database.
+func freshSuite(t *testing.T, pool bustype.PoolParams) (tests.PubSubConstructor, tests.ConsumerGroupPubSubConstructor) {
+	return constructors(t, connect(t, riverbustest.NewDatabaseURL(t)), pool)
+}
+
 // features are what riverbus offers a Watermill user: every message of a
 // topic is kept (Persistent) and each consumer group (a pool) gets each
 // message at least once (ExactlyOnceDelivery false: an Ack lost to a crash
@@ -96,8 +106,7 @@ func features(ordered bool) tests.Features {
 // pool's schedule.
 func TestPubSub(t *testing.T) {
 	t.Parallel()
-	db := connect(t, riverbustest.NewDatabaseURL(t))
-	pubSub, groupPubSub := constructors(t, db, suitePool(bustype.OrderingNone))
+	pubSub, groupPubSub := freshSuite(t, suitePool(bustype.OrderingNone))
 	tests.TestPubSub(t, features(false), pubSub, groupPubSub)
 }
 
@@ -111,8 +120,7 @@ func TestPubSub(t *testing.T) {
 // machine. Parallel delivery is what the full-size run (TestPubSub) checks.
 func TestPubSubOrdered(t *testing.T) {
 	t.Parallel()
-	db := connect(t, riverbustest.NewDatabaseURL(t))
-	pubSub, groupPubSub := constructors(t, db, suitePool(bustype.OrderingGlobal))
+	pubSub, groupPubSub := freshSuite(t, suitePool(bustype.OrderingGlobal))
 	f := features(true)
 	f.ForceShort = true
 	tests.TestPubSub(t, f, pubSub, groupPubSub)
@@ -156,4 +164,25 @@ func TestPubSubReconnect(t *testing.T) {
 	t.Run("TestReconnect", func(t *testing.T) {
 		tests.TestReconnect(t, tests.TestContext{TestID: tests.NewTestID(), Features: f}, pubSub)
 	})
+}
+
+// TestPubSubStress runs the suite's stress test: copies of the whole suite
+// at once on one database, with plain pools, at the suite's short sizes: it
+// checks that concurrent subscribers, consumer groups and nacks of many
+// topics do not get in each other's way, where TestPubSub checks volume.
+// The suite's default is ten copies; make test runs stressCopies, as ten
+// take most of an hour on two cores beside the rest of the suite, and
+// STRESS_TEST_COUNT=10 runs the suite's ten.
+func TestPubSubStress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("copies of the whole suite: not in -short")
+	}
+	if os.Getenv("STRESS_TEST_COUNT") == "" {
+		_ = os.Setenv("STRESS_TEST_COUNT", strconv.Itoa(stressCopies)) // the suite reads it below
+	}
+	t.Parallel()
+	pubSub, groupPubSub := freshSuite(t, suitePool(bustype.OrderingNone))
+	f := features(false)
+	f.ForceShort = true
+	tests.TestPubSubStressTest(t, f, pubSub, groupPubSub)
 }
