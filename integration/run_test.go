@@ -27,7 +27,7 @@ func TestRunDemoProcess(t *testing.T) {
 	t.Parallel()
 	p := start(t, "", "riverbus", []string{"RIVERBUS_UI_ADDR=127.0.0.1:0", "RIVERBUS_METRICS_ADDR=127.0.0.1:0", "RIVERBUS_LOG_LEVEL=warn"},
 		"run", "--demo", "--demo-rate", "50")
-	p.waitOutput("Ctrl-C stops it.", 90*time.Second)
+	p.waitOutput("Ctrl-C stops it.", 3*time.Minute) // initdb, a server start and migrations, on a loaded machine
 	out := p.out.String()
 	uiURL := regexp.MustCompile(`River UI:\s+(\S+)`).FindStringSubmatch(out)
 	metricsURL := regexp.MustCompile(`metrics:\s+(\S+)`).FindStringSubmatch(out)

@@ -115,6 +115,11 @@ func OpenWriter(t *testing.T, db *pgxpool.Pool) (pgx.Tx, int64) {
 	tx, err := db.Begin(context.Background())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	// The writer stays open for as long as its test needs, which a
+	// database's idle-in-transaction timeout (newStrictDatabase's 5 s, set
+	// for riverbus's sessions) must not cut short on a loaded machine.
+	_, err = tx.Exec(context.Background(), "SET LOCAL idle_in_transaction_session_timeout = 0")
+	require.NoError(t, err)
 	return tx, AppendEvent(t, tx, "held")
 }
 
