@@ -1,0 +1,71 @@
+package wmbench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) {
+	// The bench runs its subscriber processes by re-executing this
+	// program, here the test binary, with the subcommand first: run it as
+	// riverbus-watermill-bench would.
+	if len(os.Args) > 1 && os.Args[1] == SubscriberCommand {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestRunSmoke runs the whole bench once at a tiny scale, on a throwaway
+// server of its own as `make bench` does (pg_stat_statements loaded): it
+// keeps the harness working and checks that every row has a figure from
+// both sides and their ratio. It asserts nothing about speed.
+func TestRunSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL server and runs every scenario on both sides with their subscriber processes")
+	}
+	t.Setenv("DATABASE_URL", "")
+	// A guard against a hung scenario, not a speed check.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "out", "watermill.json")
+	var out, errOut bytes.Buffer
+	code := mainContext(ctx, []string{"--scale", "0.005", "--json", path, "--log-level", "warn"}, &out, &errOut)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	t.Log("\n" + out.String())
+
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var rep Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Equal(t, 0.005, rep.Scale)
+	require.Contains(t, rep.Baseline, "watermill-sql v4")
+
+	var metrics []string
+	for _, s := range scenarios {
+		for _, m := range s.metrics {
+			metrics = append(metrics, s.name+": "+m.name)
+		}
+	}
+	var got []string
+	for _, r := range rep.Results {
+		name := r.Scenario + ": " + r.Metric
+		got = append(got, name)
+		require.Empty(t, r.Error, name)
+		require.Contains(t, []string{"higher", "lower"}, r.Better, name)
+		for side, f := range map[string]*Figure{"riverbus": r.Riverbus, "watermill-sql": r.Baseline, "ratio": r.Ratio} {
+			require.NotNil(t, f, "%s has no %s figure", name, side)
+			require.Len(t, f.Runs, 1, name)
+			require.Positive(t, f.Median, "%s, %s", name, side)
+		}
+	}
+	// Every scenario's every metric, the statement rows included: the
+	// throwaway server loads pg_stat_statements.
+	require.ElementsMatch(t, metrics, got)
+}

@@ -1,0 +1,244 @@
+package wmbench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/internal/pgserver"
+	"github.com/riverbus/riverbus/migrations"
+)
+
+// env is what every scenario shares: the server, the riverbus template
+// database, loggers and the options.
+type env struct {
+	opts  Opts
+	log   *slog.Logger // progress
+	quiet *slog.Logger // River, the fan-out, watermill-sql: warnings and errors only
+
+	server     *pgserver.Server // nil with Opts.DatabaseURL
+	adminURL   string
+	admin      *pgx.Conn
+	prefix     string
+	counter    int
+	template   string // migrated with migrations.Up: riverbus's databases
+	serverDesc string
+	pgVersion  string
+
+	// statements: the server tracks statements (pg_stat_statements is
+	// loaded and the user may turn tracking on per database), so the
+	// scenarios report the database time and statements per message.
+	statements bool
+	// scenario is the scenario being measured; top the statements that
+	// took the most time in each phase measured so far.
+	scenario string
+	top      []TopStatements
+}
+
+func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
+	e := &env{
+		opts:   o,
+		log:    o.Logger,
+		quiet:  slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}),
+		prefix: fmt.Sprintf("wmbench_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000),
+	}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	e.adminURL = o.DatabaseURL
+	if e.adminURL == "" {
+		e.log.Info("wmbench: starting a throwaway PostgreSQL (durable: fsync and synchronous_commit on)")
+		// As the core bench (internal/bench): shared_buffers 256MB, so
+		// that runs on different machines compare, and pg_stat_statements
+		// loaded but tracking nothing except in the measured databases.
+		settings := map[string]string{"shared_buffers": "256MB"}
+		if pgserver.HasLibrary("pg_stat_statements") {
+			settings["shared_preload_libraries"] = "pg_stat_statements"
+			settings["pg_stat_statements.track"] = "none"
+		}
+		srv, err := pgserver.Start(ctx, pgserver.Opts{
+			Durable:  true,
+			Settings: settings,
+			Logf:     func(format string, args ...any) { e.log.Info("wmbench: " + fmt.Sprintf(format, args...)) },
+		})
+		if err != nil {
+			return nil, fmt.Errorf("wmbench: start PostgreSQL: %w", err)
+		}
+		e.server = srv
+		e.adminURL = srv.URL("postgres")
+	}
+	if e.admin, err = pgx.Connect(ctx, e.adminURL); err != nil {
+		return nil, fmt.Errorf("wmbench: connect: %w", err)
+	}
+	var fsync, syncCommit, sharedBuffers string
+	if err := e.admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(&e.pgVersion, &fsync, &syncCommit, &sharedBuffers); err != nil {
+		return nil, fmt.Errorf("wmbench: read server settings: %w", err)
+	}
+	where := "DATABASE_URL server"
+	if e.server != nil {
+		where = "throwaway server"
+	}
+	e.serverDesc = fmt.Sprintf("PostgreSQL %s (%s; fsync %s, synchronous_commit %s, shared_buffers %s)",
+		strings.Fields(e.pgVersion)[0], where, fsync, syncCommit, sharedBuffers)
+
+	e.template = e.prefix + "_tpl"
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+ident(e.template)); err != nil {
+		e.template = ""
+		return nil, fmt.Errorf("wmbench: create the riverbus template database: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(e.adminURL, e.template))
+	if err != nil {
+		return nil, fmt.Errorf("wmbench: connect to the template: %w", err)
+	}
+	defer pool.Close()
+	if _, err := migrations.Up(ctx, pool); err != nil {
+		return nil, fmt.Errorf("wmbench: migrate the riverbus template: %w", err)
+	}
+	e.statements = createStatementsExtension(ctx, pool)
+	return e, nil
+}
+
+func (e *env) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if e.admin != nil {
+		if e.template != "" {
+			_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(e.template)+" WITH (FORCE)")
+		}
+		_ = e.admin.Close(ctx)
+	}
+	if e.server != nil {
+		_ = e.server.Stop()
+	}
+}
+
+// database is a fresh database for one measurement of one side, with
+// statement tracking on when the server allows it.
+type database struct {
+	e    *env
+	side impl
+	name string
+	url  string
+	// stats reads pg_stat_statements for the database: a session opened
+	// before tracking was turned on, so its own statements do not count.
+	// Nil when the database's statements are not tracked.
+	stats *pgx.Conn
+}
+
+// newDatabase creates a fresh database for side: from the migrated
+// template for riverbus, empty for watermill-sql, whose subscriber creates
+// its tables (InitializeSchema).
+func (e *env) newDatabase(ctx context.Context, side impl) (_ *database, err error) {
+	e.counter++
+	name := fmt.Sprintf("%s_%d", e.prefix, e.counter)
+	create := "CREATE DATABASE " + ident(name)
+	if side == implRiverbus {
+		create += " TEMPLATE " + ident(e.template)
+	}
+	if _, err := e.admin.Exec(ctx, create); err != nil {
+		return nil, fmt.Errorf("create database: %w", err)
+	}
+	d := &database{e: e, side: side, name: name, url: withDatabase(e.adminURL, name)}
+	defer func() {
+		if err != nil {
+			d.drop()
+		}
+	}()
+	if e.statements {
+		if err := d.trackStatements(ctx); err != nil {
+			e.log.Debug("wmbench: statement tracking unavailable", "error", err)
+		}
+	}
+	return d, nil
+}
+
+// connect opens a pool of at most maxConns connections to the database.
+func (d *database) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return pool, nil
+}
+
+// drop drops the database, closing connections still open to it.
+func (d *database) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if d.stats != nil {
+		_ = d.stats.Close(ctx)
+	}
+	if _, err := d.e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(d.name)+" WITH (FORCE)"); err != nil {
+		d.e.log.Warn("wmbench: drop database", "database", d.name, "error", err)
+	}
+}
+
+// settle analyzes the database and checkpoints the server, so that neither
+// autovacuum's first analyze nor a checkpoint lands in a timed phase more
+// often on one side than the other.
+func (d *database) settle(ctx context.Context, db *pgxpool.Pool) error {
+	if _, err := db.Exec(ctx, "ANALYZE"); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	if _, err := d.e.admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		d.e.log.Debug("wmbench: CHECKPOINT not allowed; timings may include one", "error", err)
+	}
+	return nil
+}
+
+// scaled returns n×Scale, at least lo.
+func (e *env) scaled(n int, lo int) int {
+	return max(lo, int(math.Round(float64(n)*e.opts.Scale)))
+}
+
+// scaledDuration returns d×Scale, at least lo.
+func (e *env) scaledDuration(d, lo time.Duration) time.Duration {
+	return max(lo, time.Duration(float64(d)*e.opts.Scale))
+}
+
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// withDatabase returns rawURL pointing at database.
+func withDatabase(rawURL, database string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" {
+		// key=value form: a later dbname wins.
+		return strings.TrimSpace(rawURL) + " dbname=" + database
+	}
+	u.Path = "/" + database
+	return u.String()
+}
+
+// minLevel drops records below level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.level}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.level}
+}

@@ -1,0 +1,228 @@
+package wmbench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+var latencyMetrics = []metric{
+	{"p50", "publish → handler p50", "ms", "lower"},
+	{"p99", "publish → handler p99", "ms", "lower"},
+	{"rate", "publish rate achieved", "msg/s", "higher"},
+	{"db_ms", "database time per message", "ms", "lower"},
+	{"statements", "statements per message", "", "lower"},
+}
+
+// measureLatency: messages published at rate per second, open loop (each
+// is due at start + i/rate whatever the earlier ones took) from
+// latencyPublishers goroutines, one per Publish call, for latencyDuration;
+// the subscriber (in this process; riverbus's with RunFanout, so the
+// fan-out runs here too) records now − the publish time each message
+// carries.
+func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, string, error) {
+	dur := e.scaledDuration(latencyDuration, time.Second)
+	n := max(1, int(float64(rate)*dur.Seconds()))
+	warm := e.scaled(latencyWarmUp, 50)
+	note := fmt.Sprintf("%d messages offered at %d/s (%s) from %d goroutines, 1 per Publish call, open loop; the publish time (taken before the Publish call) travels in a metadata entry, the handler (one goroutine acking each message as it comes) records now − that; after %d warm-up messages consumed and ANALYZE; the subscriber runs in the bench process (riverbus's with RunFanout: the fan-out too)",
+		n, rate, dur, latencyPublishers, warm)
+	d, err := e.newDatabase(ctx, side)
+	if err != nil {
+		return nil, "", err
+	}
+	defer d.drop()
+	pubDB, err := d.connect(ctx, 2*latencyPublishers)
+	if err != nil {
+		return nil, "", err
+	}
+	defer pubDB.Close()
+	subDB, err := d.connect(ctx, childConns)
+	if err != nil {
+		return nil, "", err
+	}
+	defer subDB.Close()
+
+	pub, err := newPublisher(side, pubDB)
+	if err != nil {
+		return nil, "", err
+	}
+	defer pub.Close()
+	sub, err := newSubscriber(side, subDB, subscriberOpts{group: groupLat, runFanout: true, logger: e.quiet})
+	if err != nil {
+		return nil, "", err
+	}
+	defer sub.Close()
+	subCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs, err := sub.Subscribe(subCtx, topic)
+	if err != nil {
+		return nil, "", err
+	}
+	h := newHandler(msgs)
+
+	// Warm up, then measure from a clean count.
+	if _, err := publishAll(ctx, pub, warm, publishers, catchUpPerCall); err != nil {
+		return nil, "", fmt.Errorf("warm-up: %w", err)
+	}
+	if err := h.waitFor(ctx, warm, latencyDrainTimeout); err != nil {
+		return nil, "", fmt.Errorf("warm-up: %w", err)
+	}
+	if err := d.settle(ctx, pubDB); err != nil {
+		return nil, "", err
+	}
+	h.reset()
+	if err := d.resetStatements(ctx); err != nil {
+		return nil, "", err
+	}
+	achieved, err := paced(ctx, n, float64(rate), latencyPublishers, func(i int) error {
+		return pub.Publish(topic, newMessage(i))
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("publish: %w", err)
+	}
+	if err := h.waitFor(ctx, n, latencyDrainTimeout); err != nil {
+		return nil, "", err
+	}
+	s := sample{"rate": achieved}
+	if err := d.addStatements(ctx, s, "", n); err != nil {
+		return nil, "", err
+	}
+	lat, err := h.latencies()
+	if err != nil {
+		return nil, "", err
+	}
+	s["p50"] = percentile(lat, 50)
+	s["p99"] = percentile(lat, 99)
+	return s, note, nil
+}
+
+// handler acks every message of a subscription as it comes, on one
+// goroutine, and keeps each one's publish → handler latency.
+type handler struct {
+	mu     sync.Mutex
+	lat    []float64 // ms
+	err    error
+	signal chan struct{} // a message came
+}
+
+func newHandler(msgs <-chan *message.Message) *handler {
+	h := &handler{signal: make(chan struct{}, 1)}
+	go func() {
+		for msg := range msgs {
+			now := time.Now()
+			msg.Ack()
+			at, err := publishedAt(msg)
+			h.mu.Lock()
+			if err != nil && h.err == nil {
+				h.err = err
+			}
+			h.lat = append(h.lat, float64(now.Sub(at))/float64(time.Millisecond))
+			h.mu.Unlock()
+			select {
+			case h.signal <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *handler) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lat = h.lat[:0]
+}
+
+// waitFor waits until n messages came since the last reset, at most
+// timeout.
+func (h *handler) waitFor(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		got, err := len(h.lat), h.err
+		h.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case got >= n:
+			return nil
+		}
+		select {
+		case <-h.signal:
+		case <-deadline.C:
+			return fmt.Errorf("%d of %d messages received %s after the last was published", got, n, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// latencies returns the latencies since the last reset, sorted.
+func (h *handler) latencies() ([]float64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return nil, h.err
+	}
+	s := slices.Clone(h.lat)
+	slices.Sort(s)
+	return s, nil
+}
+
+// paced calls do(i) for i in [0, n) at rate per second, open loop: call i
+// is due at start + i/rate whatever the earlier calls took, on conc
+// goroutines. It returns the achieved rate: rate when every call was handed
+// out on time.
+func paced(ctx context.Context, n int, rate float64, conc int, do func(i int) error) (float64, error) {
+	tickets := make(chan int)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for range conc {
+		wg.Go(func() {
+			for i := range tickets {
+				if err := do(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	start := time.Now()
+	handed := 0
+	for i := range n {
+		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		select {
+		case tickets <- i:
+			handed++
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	sending := time.Since(start) // until the last call was handed out
+	close(tickets)
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	achieved := rate
+	if handed > 1 && sending > 0 {
+		achieved = min(rate, float64(handed-1)/sending.Seconds())
+	}
+	return achieved, firstErr
+}
