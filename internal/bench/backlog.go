@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/riverbus/riverbus/internal/bench/fanoutproc"
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 var backlogSizes = []int{100_000, 1_000_000}
@@ -25,7 +26,7 @@ const backlogRuns = 1
 func runBacklog(ctx context.Context, e *env) ([]Result, error) {
 	bin, err := executable()
 	if err != nil {
-		return []Result{{Scenario: "backlog", Metric: "-", Skipped: "cannot run fanoutproc: " + oneLine(err.Error())}}, nil
+		return []Result{{Scenario: "backlog", Metric: "-", Skipped: "cannot run fanoutproc: " + benchkit.OneLine(err.Error())}}, nil
 	}
 	sizes := make([]int, len(backlogSizes))
 	for i, n := range backlogSizes {
@@ -48,20 +49,20 @@ func runBacklog(ctx context.Context, e *env) ([]Result, error) {
 	var rates []string
 	var rows []Result
 	for i, n := range sizes {
-		rates = append(rates, fmt.Sprintf("%s: %.1fk events/s", count(n), float64(n)/summarize(secs[i]).Median/1000))
+		rates = append(rates, fmt.Sprintf("%s: %.1fk events/s", count(n), float64(n)/benchkit.Summarize(secs[i]).Median/1000))
 	}
 	note := fmt.Sprintf("%d run(s) per size; one pool from the beginning; fanoutproc (the fan-out services, default fanout.Config) in a child process, peak RSS = its VmHWM; catch-up %s",
 		min(e.opts.Runs, backlogRuns), strings.Join(rates, ", "))
 	for i, n := range sizes {
 		rows = append(rows,
-			Result{Scenario: "backlog", Metric: "catch-up, " + count(n) + " events", Unit: "s", Riverbus: summarize(secs[i]), Note: note},
-			Result{Scenario: "backlog", Metric: "peak RSS, " + count(n) + " events", Unit: "MB", Riverbus: summarize(rss[i]),
+			Result{Scenario: "backlog", Metric: "catch-up, " + count(n) + " events", Unit: "s", Riverbus: benchkit.Summarize(secs[i]), Note: note},
+			Result{Scenario: "backlog", Metric: "peak RSS, " + count(n) + " events", Unit: "MB", Riverbus: benchkit.Summarize(rss[i]),
 				Target: &Target{Of: "riverbus", Op: "<=", Value: 100}, Note: note})
 	}
 	last := len(sizes) - 1
 	rows = append(rows, Result{
 		Scenario: "backlog", Metric: fmt.Sprintf("peak RSS %s vs %s (flat)", count(sizes[last]), count(sizes[0])), Unit: "x",
-		Riverbus: summarize(ratios(rss[last], rss[0])), Target: &Target{Of: "riverbus", Op: "<=", Value: 1.25}, Note: note,
+		Riverbus: benchkit.Summarize(benchkit.Ratios(rss[last], rss[0])), Target: &Target{Of: "riverbus", Op: "<=", Value: 1.25}, Note: note,
 	})
 	return rows, nil
 }

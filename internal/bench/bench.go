@@ -2,18 +2,16 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 // Defaults of Opts fields.
@@ -92,12 +90,7 @@ type Result struct {
 }
 
 // Figure summarises one figure over runs.
-type Figure struct {
-	Median float64   `json:"median"`
-	Min    float64   `json:"min"`
-	Max    float64   `json:"max"`
-	Runs   []float64 `json:"runs"`
-}
+type Figure = benchkit.Figure
 
 // Target is a bound on the ratio ("ratio") or on riverbus's own figure
 // ("riverbus"), with Op ">=" or "<=".
@@ -173,7 +166,7 @@ func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
 	rep := &Report{
 		StartedAt: started.UTC(), Runs: o.Runs, Scale: o.Scale,
 		Server: e.serverDesc, PostgresVersion: e.pgVersion,
-		GoVersion: runtime.Version(), RiverVersion: moduleVersion("github.com/riverqueue/river"),
+		GoVersion: runtime.Version(), RiverVersion: benchkit.ModuleVersion("github.com/riverqueue/river"),
 		NumCPU: runtime.NumCPU(), JSONPath: o.JSONPath,
 	}
 	var failed []string
@@ -201,8 +194,8 @@ func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
 	rep.DurationSeconds = math.Round(time.Since(started).Seconds()*10) / 10
 
 	writeTable(stdout, rep)
-	if err := writeJSON(o.JSONPath, rep); err != nil {
-		return rep, err
+	if err := benchkit.WriteJSON(o.JSONPath, rep); err != nil {
+		return rep, fmt.Errorf("bench: %w", err)
 	}
 	fmt.Fprintf(stdout, "\nJSON report: %s\n", o.JSONPath)
 	if len(failed) > 0 {
@@ -268,33 +261,4 @@ func (r *Result) evaluate() {
 		met = f.Median >= r.Target.Value
 	}
 	r.Met = &met
-}
-
-func writeJSON(path string, rep *Report) error {
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("bench: create %s: %w", dir, err)
-		}
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return fmt.Errorf("bench: encode report: %w", err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("bench: write report: %w", err)
-	}
-	return nil
-}
-
-func moduleVersion(path string) string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	for _, m := range info.Deps {
-		if m.Path == path {
-			return m.Version
-		}
-	}
-	return ""
 }

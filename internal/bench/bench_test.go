@@ -14,6 +14,7 @@ import (
 
 	"github.com/riverbus/riverbus/internal/bench/fanoutproc"
 	"github.com/riverbus/riverbus/internal/bench/workerproc"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
 
@@ -142,18 +143,18 @@ func TestOptsValidation(t *testing.T) {
 }
 
 func TestSummaries(t *testing.T) {
-	f := summarize([]float64{3, 1, 2})
+	f := benchkit.Summarize([]float64{3, 1, 2})
 	require.Equal(t, Figure{Median: 2, Min: 1, Max: 3, Runs: []float64{3, 1, 2}}, *f)
-	require.Equal(t, 2.5, summarize([]float64{1, 2, 3, 4}).Median)
-	require.Nil(t, summarize(nil))
+	require.Equal(t, 2.5, benchkit.Summarize([]float64{1, 2, 3, 4}).Median)
+	require.Nil(t, benchkit.Summarize(nil))
 
 	sorted := make([]float64, 100)
 	for i := range sorted {
 		sorted[i] = float64(i + 1)
 	}
-	require.Equal(t, 50.0, percentile(sorted, 50))
-	require.Equal(t, 99.0, percentile(sorted, 99))
-	require.Equal(t, 100.0, percentile(sorted, 100))
+	require.Equal(t, 50.0, benchkit.Percentile(sorted, 50))
+	require.Equal(t, 99.0, benchkit.Percentile(sorted, 99))
+	require.Equal(t, 100.0, benchkit.Percentile(sorted, 100))
 
 	r := paired("s", "m", "jobs/s", []float64{8, 9}, []float64{10, 10}, &Target{Of: "ratio", Op: ">=", Value: 0.8}, "")
 	r.evaluate()

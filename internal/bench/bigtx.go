@@ -10,6 +10,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pools"
 )
 
@@ -69,10 +70,10 @@ func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 		n, bigTxKeys, phaseTimeout)
 	var rows []Result
 	for _, k := range bigTxKinds {
-		rows = append(rows, Result{Scenario: name, Metric: k.name + " pool alone", Unit: "s", Riverbus: summarize(alone[k.name]), Note: note})
+		rows = append(rows, Result{Scenario: name, Metric: k.name + " pool alone", Unit: "s", Riverbus: benchkit.Summarize(alone[k.name]), Note: note})
 	}
 	for _, k := range bigTxKinds {
-		rows = append(rows, Result{Scenario: name, Metric: k.name + " pool, all four kinds", Unit: "s", Riverbus: summarize(together[k.name]), Note: note})
+		rows = append(rows, Result{Scenario: name, Metric: k.name + " pool, all four kinds", Unit: "s", Riverbus: benchkit.Summarize(together[k.name]), Note: note})
 	}
 	return rows, nil
 }

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +13,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pgserver"
 	"github.com/riverbus/riverbus/migrations"
 )
@@ -55,7 +54,7 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	e := &env{
 		opts:      o,
 		log:       o.Logger,
-		quiet:     slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}),
+		quiet:     slog.New(benchkit.MinLevel(o.Logger.Handler(), slog.LevelWarn)),
 		prefix:    fmt.Sprintf("rbbench_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000),
 		templates: map[schema]string{},
 	}
@@ -66,24 +65,9 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	}()
 	e.adminURL = o.DatabaseURL
 	if e.adminURL == "" {
-		e.log.Info("bench: starting a throwaway PostgreSQL (durable: fsync and synchronous_commit on)")
-		// The figures of docs/performance.md are measured with 256MB, so
-		// that runs on different machines compare.
-		settings := map[string]string{"shared_buffers": "256MB"}
-		if pgserver.HasLibrary("pg_stat_statements") {
-			// Loaded but tracking nothing, except in the databases that
-			// ask for it (trackStatements): the other scenarios pay
-			// nothing measurable.
-			settings["shared_preload_libraries"] = "pg_stat_statements"
-			settings["pg_stat_statements.track"] = "none"
-		}
-		srv, err := pgserver.Start(ctx, pgserver.Opts{
-			Durable:  true,
-			Settings: settings,
-			Logf:     func(format string, args ...any) { e.log.Info("bench: " + fmt.Sprintf(format, args...)) },
-		})
+		srv, err := benchkit.StartServer(ctx, e.log, "bench")
 		if err != nil {
-			return nil, fmt.Errorf("bench: start PostgreSQL: %w", err)
+			return nil, err
 		}
 		e.server = srv
 		e.adminURL = srv.URL("postgres")
@@ -91,17 +75,9 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	if e.admin, err = pgx.Connect(ctx, e.adminURL); err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
-	var fsync, syncCommit, sharedBuffers string
-	if err := e.admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
-		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(&e.pgVersion, &fsync, &syncCommit, &sharedBuffers); err != nil {
-		return nil, fmt.Errorf("bench: read server settings: %w", err)
+	if e.serverDesc, e.pgVersion, err = benchkit.DescribeServer(ctx, e.admin, e.server != nil); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	where := "DATABASE_URL server"
-	if e.server != nil {
-		where = "throwaway server"
-	}
-	e.serverDesc = fmt.Sprintf("PostgreSQL %s (%s; fsync %s, synchronous_commit %s, shared_buffers %s)",
-		strings.Fields(e.pgVersion)[0], where, fsync, syncCommit, sharedBuffers)
 
 	e.statements = true // unless a template cannot have them
 	for _, s := range []schema{schemaRiverbus, schemaRiver} {
@@ -114,16 +90,16 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 
 func (e *env) createTemplate(ctx context.Context, s schema) error {
 	name := fmt.Sprintf("%s_tpl%d", e.prefix, s)
-	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+ident(name)); err != nil {
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+benchkit.Ident(name)); err != nil {
 		return fmt.Errorf("bench: create template database: %w", err)
 	}
 	e.templates[s] = name
-	pool, err := pgxpool.New(ctx, withDatabase(e.adminURL, name))
+	pool, err := pgxpool.New(ctx, benchkit.WithDatabase(e.adminURL, name))
 	if err != nil {
 		return fmt.Errorf("bench: connect to template: %w", err)
 	}
 	defer pool.Close()
-	if !createStatementsExtension(ctx, pool) {
+	if !benchkit.CreateStatementsExtension(ctx, pool) {
 		e.statements = false
 	}
 	if s == schemaRiverbus {
@@ -147,7 +123,7 @@ func (e *env) close() {
 	defer cancel()
 	if e.admin != nil {
 		for _, name := range e.templates {
-			_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+			_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+benchkit.Ident(name)+" WITH (FORCE)")
 		}
 		_ = e.admin.Close(ctx)
 	}
@@ -167,17 +143,17 @@ type database struct {
 func (e *env) newDatabase(ctx context.Context, s schema) (*database, error) {
 	e.counter++
 	name := fmt.Sprintf("%s_%d", e.prefix, e.counter)
-	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(e.templates[s])); err != nil {
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+benchkit.Ident(name)+" TEMPLATE "+benchkit.Ident(e.templates[s])); err != nil {
 		return nil, fmt.Errorf("create database from template: %w", err)
 	}
-	return &database{e: e, name: name, url: withDatabase(e.adminURL, name)}, nil
+	return &database{e: e, name: name, url: benchkit.WithDatabase(e.adminURL, name)}, nil
 }
 
 // drop drops the database, closing connections still open to it.
 func (d *database) drop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := d.e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(d.name)+" WITH (FORCE)"); err != nil {
+	if _, err := d.e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+benchkit.Ident(d.name)+" WITH (FORCE)"); err != nil {
 		d.e.log.Warn("bench: drop database", "database", d.name, "error", err)
 	}
 }
@@ -216,34 +192,3 @@ func (e *env) scaled(n int, lo int) int {
 
 // riverbusFirst reports whether riverbus goes first in run i: A/B, B/A, …
 func riverbusFirst(run int) bool { return run%2 == 0 }
-
-func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
-
-// withDatabase returns rawURL pointing at database.
-func withDatabase(rawURL, database string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" {
-		// key=value form: a later dbname wins.
-		return strings.TrimSpace(rawURL) + " dbname=" + database
-	}
-	u.Path = "/" + database
-	return u.String()
-}
-
-// minLevel drops records below level.
-type minLevel struct {
-	slog.Handler
-	level slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.level && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(attrs), h.level}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.level}
-}

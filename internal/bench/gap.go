@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/outbox"
 )
 
@@ -29,13 +30,13 @@ func runRollbackGap(ctx context.Context, e *env) ([]Result, error) {
 			return nil, fmt.Errorf("run %d: %w", run+1, err)
 		}
 		slices.Sort(lat)
-		p50s, p99s, maxs = append(p50s, percentile(lat, 50)), append(p99s, percentile(lat, 99)), append(maxs, lat[len(lat)-1])
+		p50s, p99s, maxs = append(p50s, benchkit.Percentile(lat, 50)), append(p99s, benchkit.Percentile(lat, 99)), append(maxs, lat[len(lat)-1])
 		e.log.Info("bench: measured", "scenario", "rollback-gap", "run", run+1, "p50_ms", p50s[run], "p99_ms", p99s[run])
 	}
 	note := fmt.Sprintf("%d rollbacks per run, each after the horizon recorded the gap; the fan-out services with the default fanout.Config (GapTimeout %s, GapCheckInterval %s); timed from Rollback to the riverbus_horizon notification passing B",
 		k, fanout.GapTimeoutDefault, fanout.GapCheckIntervalDefault)
 	row := func(metric string, v []float64, t *Target) Result {
-		return Result{Scenario: "rollback-gap", Metric: metric, Unit: "ms", Riverbus: summarize(v), Target: t, Note: note}
+		return Result{Scenario: "rollback-gap", Metric: metric, Unit: "ms", Riverbus: benchkit.Summarize(v), Target: t, Note: note}
 	}
 	return []Result{
 		row("rollback → horizon p50", p50s, nil),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 )
@@ -47,7 +48,7 @@ func runLiveDuringRebuild(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	events := func(s []rebuildSample) float64 {
-		return summarize(pick(s, func(x rebuildSample) float64 { return float64(x.Events) })).Median
+		return benchkit.Summarize(pick(s, func(x rebuildSample) float64 { return float64(x.Events) })).Median
 	}
 	note := fmt.Sprintf("here RIVERBUS is the live pool while pool %q, created from the beginning, rebuilds a %d-event backlog, and RAW RIVER the same live pool with no rebuild (not raw River); live: single-event appends at %d/s (measured: %.0f during the rebuild, %.0f without), worked by a River client as in latency-200; the rebuilding pool's jobs are not worked; the fan-out services with the default fanout.Config",
 		rebuildPool, backlog, rebuildLiveRate, events(during), events(without))
@@ -60,7 +61,7 @@ func runLiveDuringRebuild(ctx context.Context, e *env) ([]Result, error) {
 		paired(name, "live commit → handler p50", "ms", p50a, p50b, nil, note),
 		paired(name, "live commit → handler p99", "ms", p99a, p99b, &Target{Of: "riverbus", Op: "<=", Value: 250}, note),
 		paired(name, "live job insert → handler p99", "ms", ia, ib, nil, note),
-		{Scenario: name, Metric: "rebuild time", Unit: "s", Riverbus: summarize(rebuilt), Note: note},
+		{Scenario: name, Metric: "rebuild time", Unit: "s", Riverbus: benchkit.Summarize(rebuilt), Note: note},
 	}, nil
 }
 

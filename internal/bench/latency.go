@@ -18,6 +18,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -102,7 +103,9 @@ func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Resu
 	if err != nil {
 		return nil, err
 	}
-	med := func(s []latencySample, f func(latencySample) float64) float64 { return summarize(pick(s, f)).Median }
+	med := func(s []latencySample, f func(latencySample) float64) float64 {
+		return benchkit.Summarize(pick(s, f)).Median
+	}
 	// The latency targets (the target column of docs/performance.md), as
 	// ratios to raw River in the same run.
 	var p50Target, p99Target, rateTarget *Target
@@ -145,7 +148,7 @@ func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Resu
 	for _, h := range []string{hopRound, hopBatch} {
 		if timed(rbs, h) {
 			rows = append(rows, Result{Scenario: name, Metric: "hop: commit → " + h + " p50", Unit: "ms",
-				Riverbus: summarize(pick(rbs, hop(h))), Note: note})
+				Riverbus: benchkit.Summarize(pick(rbs, hop(h))), Note: note})
 		}
 	}
 	if timed(rbs, hopFetched) && timed(raws, hopFetched) {
@@ -330,7 +333,7 @@ func background(ctx context.Context, d *database, newDo func(db *pgxpool.Pool) (
 	done := make(chan result, 1)
 	go func() {
 		// Far more calls than a run lasts: the load ends with stop.
-		rate, err := paced(loadCtx, loadRate*3600, loadRate, latencyAppenders, func(_ context.Context, i int) error {
+		rate, err := benchkit.Paced(loadCtx, loadRate*3600, loadRate, latencyAppenders, func(_ context.Context, i int) error {
 			return do(ctx, i)
 		})
 		done <- result{rate, err}
@@ -443,7 +446,7 @@ func (p *probe) startClient(ctx context.Context, e *env, db *pgxpool.Pool, load 
 // no more events are sent and those sent so far are measured.
 func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context.Context) (until <-chan struct{}, err error), send func(ctx context.Context, i int, id uuid.UUID) error) (latencySample, error) {
 	warm := newIDs(warmupEvents)
-	if _, err := paced(ctx, len(warm), float64(rate), latencyAppenders, func(ctx context.Context, i int) error {
+	if _, err := benchkit.Paced(ctx, len(warm), float64(rate), latencyAppenders, func(ctx context.Context, i int) error {
 		return send(ctx, i, warm[i])
 	}); err != nil {
 		return latencySample{}, err
@@ -476,7 +479,7 @@ func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context
 	}
 	ids := newIDs(n)
 	commits := make([]time.Time, n)
-	achieved, err := paced(pacing, n, float64(rate), latencyAppenders, func(_ context.Context, i int) error {
+	achieved, err := benchkit.Paced(pacing, n, float64(rate), latencyAppenders, func(_ context.Context, i int) error {
 		err := send(ctx, warmupEvents+i, ids[i])
 		if err == nil {
 			commits[i] = time.Now()
@@ -532,21 +535,21 @@ func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context
 	slices.Sort(lat)
 	slices.Sort(pickup)
 	sample := latencySample{
-		P50: percentile(lat, 50), P95: percentile(lat, 95), P99: percentile(lat, 99),
-		PickupP50: percentile(pickup, 50), PickupP99: percentile(pickup, 99), Rate: achieved,
+		P50: benchkit.Percentile(lat, 50), P95: benchkit.Percentile(lat, 95), P99: benchkit.Percentile(lat, 99),
+		PickupP50: benchkit.Percentile(pickup, 50), PickupP99: benchkit.Percentile(pickup, 99), Rate: achieved,
 		Events: len(sent), Hops: map[string][2]float64{},
 		DBPerEvent: dbMs / float64(len(sent)), StatementsPerEvent: float64(calls) / float64(len(sent)),
 	}
 	for h, v := range hops {
 		slices.Sort(v)
-		sample.Hops[h] = [2]float64{percentile(v, 50), percentile(v, 99)}
+		sample.Hops[h] = [2]float64{benchkit.Percentile(v, 50), benchkit.Percentile(v, 99)}
 	}
 	if t := p.trace; t != nil {
 		t.mu.Lock()
 		took := slices.Sorted(slices.Values(t.took))
 		sample.Rounds, sample.Holding, sample.Batches = len(t.rounds), t.holding, len(t.batches)
 		t.mu.Unlock()
-		sample.RoundP50, sample.RoundP99 = percentile(took, 50), percentile(took, 99)
+		sample.RoundP50, sample.RoundP99 = benchkit.Percentile(took, 50), benchkit.Percentile(took, 99)
 	}
 	return sample, nil
 }
@@ -662,59 +665,6 @@ func newIDs(n int) []uuid.UUID {
 		ids[i] = uuid.Must(uuid.NewV7())
 	}
 	return ids
-}
-
-// paced calls do(i) for i in [0, n) at rate per second, open loop: call i is
-// due at start + i/rate whatever the earlier calls took, on conc goroutines.
-// It returns the achieved rate.
-func paced(ctx context.Context, n int, rate float64, conc int, do func(ctx context.Context, i int) error) (float64, error) {
-	tickets := make(chan int)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	for range conc {
-		wg.Go(func() {
-			for i := range tickets {
-				if err := do(ctx, i); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	start := time.Now()
-	handed := 0
-	for i := range n {
-		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		}
-		select {
-		case tickets <- i:
-			handed++
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	sending := time.Since(start) // until the last call was handed out
-	close(tickets)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	// Call i is due at i/rate: a run on schedule reports rate.
-	achieved := rate
-	if handed > 1 && sending > 0 {
-		achieved = min(rate, float64(handed-1)/sending.Seconds())
-	}
-	return achieved, firstErr
 }
 
 // latencyHistory is how many completed jobs of another queue both sides'

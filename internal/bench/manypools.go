@@ -9,6 +9,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/poolmix"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
@@ -80,12 +81,12 @@ func runManyPools(ctx context.Context, e *env) ([]Result, error) {
 	}
 	idleNote := fmt.Sprintf("%d pools, nothing appended: xact_commit + xact_rollback of the database over %s, from pg_stat_database", all, e.idleWindow())
 	rows = append(rows,
-		Result{Scenario: name, Metric: fmt.Sprintf("idle fan-out, %d pools", all), Unit: "tx/s", Riverbus: summarize(fanIdle),
+		Result{Scenario: name, Metric: fmt.Sprintf("idle fan-out, %d pools", all), Unit: "tx/s", Riverbus: benchkit.Summarize(fanIdle),
 			Target: &Target{Of: "riverbus", Op: "<=", Value: 100},
 			Note:   idleNote + "; a riverbus.Client with the fan-out and its defaults (horizon, pools, lane sweeper, checkpoint advancer, retention), no workers"},
-		Result{Scenario: name, Metric: fmt.Sprintf("idle worker, %d queues", all), Unit: "tx/s", Riverbus: summarize(workIdle),
+		Result{Scenario: name, Metric: fmt.Sprintf("idle worker, %d queues", all), Unit: "tx/s", Riverbus: benchkit.Summarize(workIdle),
 			Note: idleNote + fmt.Sprintf("; one River client with riverbus worker settings (FetchPollInterval %s) serving a queue per pool", workers.FetchPollIntervalDefault)},
-		Result{Scenario: name, Metric: fmt.Sprintf("idle worker, %d queues, poll %s", all, idlePollSlow), Unit: "tx/s", Riverbus: summarize(workSlow),
+		Result{Scenario: name, Metric: fmt.Sprintf("idle worker, %d queues, poll %s", all, idlePollSlow), Unit: "tx/s", Riverbus: benchkit.Summarize(workSlow),
 			Note: idleNote + fmt.Sprintf("; the same with FetchPollInterval %s: new jobs still wake it at once by River's insert notification, which every fan-out batch sends", idlePollSlow)},
 	)
 	return rows, nil

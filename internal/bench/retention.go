@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/retention"
 )
 
@@ -50,13 +51,13 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("run %d, %d events: %w", run+1, n, err)
 			}
-			med := summarize(r.batchMs).Median
+			med := benchkit.Summarize(r.batchMs).Median
 			tenth := max(1, len(r.batchMs)/10)
-			head, tail := summarize(r.batchMs[:tenth]).Median, summarize(r.batchMs[len(r.batchMs)-tenth:]).Median
+			head, tail := benchkit.Summarize(r.batchMs[:tenth]).Median, benchkit.Summarize(r.batchMs[len(r.batchMs)-tenth:]).Median
 			e.log.Info("bench: measured", "scenario", name, "run", run+1, "events", n, "seconds", r.seconds,
 				"batches", len(r.batchMs), "batch_ms_median", med, "first_tenth_ms", head, "last_tenth_ms", tail, "heap_peak_mb", r.heapPeakMB)
 			k := max(1, sizes[0]/retention.BatchSizeDefault)
-			early[i] = append(early[i], summarize(r.batchMs[:min(k, len(r.batchMs))]).Median)
+			early[i] = append(early[i], benchkit.Summarize(r.batchMs[:min(k, len(r.batchMs))]).Median)
 			secs[i] = append(secs[i], r.seconds)
 			batch[i] = append(batch[i], med)
 			firstLast[i] = append(firstLast[i], tail/head)
@@ -67,9 +68,9 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 			return nil, fmt.Errorf("run %d, one event per transaction: %w", run+1, err)
 		}
 		e.log.Info("bench: measured", "scenario", name, "run", run+1, "events", sizes[len(sizes)-1], "one_per_tx", true,
-			"seconds", r.seconds, "batch_ms_median", summarize(r.batchMs).Median, "heap_peak_mb", r.heapPeakMB)
+			"seconds", r.seconds, "batch_ms_median", benchkit.Summarize(r.batchMs).Median, "heap_peak_mb", r.heapPeakMB)
 		single = append(single, r.seconds)
-		singleBatch = append(singleBatch, summarize(r.batchMs).Median)
+		singleBatch = append(singleBatch, benchkit.Summarize(r.batchMs).Median)
 		s, err := retentionPlainDelete(ctx, e, sizes[len(sizes)-1])
 		if err != nil {
 			return nil, fmt.Errorf("run %d, plain DELETE: %w", run+1, err)
@@ -83,21 +84,21 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 	var rows []Result
 	for i, n := range sizes {
 		rows = append(rows,
-			Result{Scenario: name, Metric: "trim " + count(n) + " events", Unit: "s", Riverbus: summarize(secs[i]), Note: note},
-			Result{Scenario: name, Metric: "batch, " + count(n) + " events", Unit: "ms", Riverbus: summarize(batch[i]), Note: note},
-			Result{Scenario: name, Metric: "last/first tenth of batches, " + count(n), Unit: "x", Riverbus: summarize(firstLast[i]),
+			Result{Scenario: name, Metric: "trim " + count(n) + " events", Unit: "s", Riverbus: benchkit.Summarize(secs[i]), Note: note},
+			Result{Scenario: name, Metric: "batch, " + count(n) + " events", Unit: "ms", Riverbus: benchkit.Summarize(batch[i]), Note: note},
+			Result{Scenario: name, Metric: "last/first tenth of batches, " + count(n), Unit: "x", Riverbus: benchkit.Summarize(firstLast[i]),
 				Target: &Target{Of: "riverbus", Op: "<=", Value: 1.5}, Note: note},
-			Result{Scenario: name, Metric: "Go heap peak, " + count(n) + " events", Unit: "MB", Riverbus: summarize(heap[i]), Note: note},
+			Result{Scenario: name, Metric: "Go heap peak, " + count(n) + " events", Unit: "MB", Riverbus: benchkit.Summarize(heap[i]), Note: note},
 		)
 	}
 	rows = append(rows,
 		Result{Scenario: name, Metric: fmt.Sprintf("first %s events' batches, %s log vs %s log (flat)", count(sizes[0]), count(sizes[last]), count(sizes[0])), Unit: "x",
-			Riverbus: summarize(ratios(early[last], early[0])), Target: &Target{Of: "riverbus", Op: "<=", Value: 1.5}, Note: note},
+			Riverbus: benchkit.Summarize(benchkit.Ratios(early[last], early[0])), Target: &Target{Of: "riverbus", Op: "<=", Value: 1.5}, Note: note},
 		Result{Scenario: name, Metric: fmt.Sprintf("median batch, %s log vs %s log", count(sizes[last]), count(sizes[0])), Unit: "x",
-			Riverbus: summarize(ratios(batch[last], batch[0])), Note: note},
-		Result{Scenario: name, Metric: "trim " + count(sizes[last]) + " events, one per transaction", Unit: "s", Riverbus: summarize(single), Note: note},
-		Result{Scenario: name, Metric: "batch, " + count(sizes[last]) + " events, one per transaction", Unit: "ms", Riverbus: summarize(singleBatch), Note: note},
-		Result{Scenario: name, Metric: "one plain DELETE, " + count(sizes[last]) + " events", Unit: "s", Riverbus: summarize(plain),
+			Riverbus: benchkit.Summarize(benchkit.Ratios(batch[last], batch[0])), Note: note},
+		Result{Scenario: name, Metric: "trim " + count(sizes[last]) + " events, one per transaction", Unit: "s", Riverbus: benchkit.Summarize(single), Note: note},
+		Result{Scenario: name, Metric: "batch, " + count(sizes[last]) + " events, one per transaction", Unit: "ms", Riverbus: benchkit.Summarize(singleBatch), Note: note},
+		Result{Scenario: name, Metric: "one plain DELETE, " + count(sizes[last]) + " events", Unit: "s", Riverbus: benchkit.Summarize(plain),
 			Note: "for comparison: one statement, one transaction holding every row lock and the whole WAL until it commits"},
 	)
 	return rows, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/riverbus/riverbus/fanout"
 	"github.com/riverbus/riverbus/internal/bench/fanoutproc"
 	"github.com/riverbus/riverbus/internal/bench/workerproc"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -66,7 +67,7 @@ type scaleOutSample struct {
 func runScaleOut(ctx context.Context, e *env) ([]Result, error) {
 	bin, err := executable()
 	if err != nil {
-		return []Result{{Scenario: "scale-out", Metric: "-", Skipped: "cannot run the child processes: " + oneLine(err.Error())}}, nil
+		return []Result{{Scenario: "scale-out", Metric: "-", Skipped: "cannot run the child processes: " + benchkit.OneLine(err.Error())}}, nil
 	}
 	events := e.scaled(scaleOutEvents, 100)
 	jobs := e.scaled(scaleOutJobs, 50)
@@ -131,7 +132,7 @@ func scaleOutRows(what string, samples map[int][]scaleOutSample, procs []int, no
 			metric = fmt.Sprintf("%s, 1 process", what)
 		}
 		if i == 0 {
-			rows = append(rows, Result{Scenario: "scale-out", Metric: metric, Unit: "jobs/s", Riverbus: summarize(base), Note: note})
+			rows = append(rows, Result{Scenario: "scale-out", Metric: metric, Unit: "jobs/s", Riverbus: benchkit.Summarize(base), Note: note})
 			continue
 		}
 		rows = append(rows, paired("scale-out", metric, "jobs/s", rates(p), base, nil, note))
@@ -151,12 +152,12 @@ func shares(samples map[int][]scaleOutSample, procs []int) string {
 				busy = append(busy, s.cpuBusy)
 			}
 		}
-		f := summarize(most)
+		f := benchkit.Summarize(most)
 		if f == nil {
 			continue
 		}
 		part := fmt.Sprintf("%d: busiest process %.0f%% of the jobs", p, 100*f.Median)
-		if b := summarize(busy); b != nil {
+		if b := benchkit.Summarize(busy); b != nil {
 			part += fmt.Sprintf(", CPUs %.0f%% busy", 100*b.Median)
 		}
 		parts = append(parts, part)

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 // What an event costs the database: the latency and drain scenarios read
@@ -19,18 +21,6 @@ import (
 // when PostgreSQL ships it) and a superuser, as the throwaway server's is;
 // without either the rows are left out and nothing fails.
 
-// createStatementsExtension creates pg_stat_statements in the template
-// database behind pool and reports whether the server tracks statements.
-func createStatementsExtension(ctx context.Context, pool *pgxpool.Pool) bool {
-	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-		return false
-	}
-	// The view refuses to be read when the module is not loaded (one row
-	// at most is read; a constant false filter would read none).
-	var n int64
-	return pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM pg_stat_statements LIMIT 1) s`).Scan(&n) == nil
-}
-
 // trackStatements makes the sessions opened to d from now on track their
 // top-level statements (statements run by triggers and functions count in
 // the statement that ran them), and reports whether they will.
@@ -38,8 +28,7 @@ func (d *database) trackStatements(ctx context.Context) bool {
 	if !d.e.statements {
 		return false
 	}
-	_, err := d.e.admin.Exec(ctx, "ALTER DATABASE "+ident(d.name)+" SET pg_stat_statements.track = 'top'")
-	if err != nil {
+	if err := benchkit.TrackStatements(ctx, d.e.admin, d.name); err != nil {
 		d.e.log.Debug("bench: statement tracking unavailable", "error", err)
 		return false
 	}
@@ -50,16 +39,8 @@ func (d *database) trackStatements(ctx context.Context) bool {
 // phase: reset when the phase begins, totals when it ends.
 type statements struct{ db *pgxpool.Pool }
 
-const (
-	sqlStatementsReset = `SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)`
-	// total_exec_time includes the time statements waited (for a lock, for
-	// the WAL to be flushed at commit); planning is not tracked.
-	sqlStatementsTotals = `SELECT coalesce(sum(total_exec_time), 0)::float8, coalesce(sum(calls), 0)::bigint
-FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
-)
-
 func (s *statements) reset(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, sqlStatementsReset); err != nil {
+	if _, err := s.db.Exec(ctx, benchkit.SQLStatementsReset); err != nil {
 		return fmt.Errorf("reset pg_stat_statements: %w", err)
 	}
 	return nil
@@ -68,7 +49,7 @@ func (s *statements) reset(ctx context.Context) error {
 // totals returns the statement time in milliseconds and the number of
 // statements since the last reset.
 func (s *statements) totals(ctx context.Context) (ms float64, calls int64, err error) {
-	if err := s.db.QueryRow(ctx, sqlStatementsTotals).Scan(&ms, &calls); err != nil {
+	if err := s.db.QueryRow(ctx, benchkit.SQLStatementsTotals).Scan(&ms, &calls); err != nil {
 		return 0, 0, fmt.Errorf("read pg_stat_statements: %w", err)
 	}
 	return ms, calls, nil

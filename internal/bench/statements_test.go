@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pgserver"
 	"github.com/riverbus/riverbus/internal/pgtest"
 )
@@ -25,7 +26,7 @@ func TestStatementsTotals(t *testing.T) {
 		pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
 		require.NoError(t, err)
 		defer pool.Close()
-		require.False(t, createStatementsExtension(ctx, pool), "the test server does not load pg_stat_statements")
+		require.False(t, benchkit.CreateStatementsExtension(ctx, pool), "the test server does not load pg_stat_statements")
 	})
 
 	t.Run("Tracked", func(t *testing.T) {
@@ -48,7 +49,7 @@ func TestStatementsTotals(t *testing.T) {
 		require.NoError(t, err)
 		tpl, err := pgxpool.New(ctx, srv.URL("tpl"))
 		require.NoError(t, err)
-		e.statements = createStatementsExtension(ctx, tpl)
+		e.statements = benchkit.CreateStatementsExtension(ctx, tpl)
 		tpl.Close()
 		require.True(t, e.statements)
 

@@ -2,18 +2,17 @@ package wmbench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 // Defaults of Opts fields.
@@ -102,12 +101,7 @@ type Result struct {
 }
 
 // Figure summarises one figure over runs.
-type Figure struct {
-	Median float64   `json:"median"`
-	Min    float64   `json:"min"`
-	Max    float64   `json:"max"`
-	Runs   []float64 `json:"runs"`
-}
+type Figure = benchkit.Figure
 
 // metric is one row a scenario reports: key in its samples, the row's
 // name, unit and better direction.
@@ -179,10 +173,10 @@ func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
 
 	rep := &Report{
 		StartedAt: started.UTC(), Runs: o.Runs, Scale: o.Scale,
-		Baseline: "watermill-sql " + cmpStr(moduleVersion(watermillSQLModule), "v4"),
+		Baseline: "watermill-sql " + cmpStr(benchkit.ModuleVersion(watermillSQLModule), "v4"),
 		Server:   e.serverDesc, PostgresVersion: e.pgVersion,
-		GoVersion: runtime.Version(), RiverVersion: moduleVersion("github.com/riverqueue/river"),
-		WatermillVersion: moduleVersion("github.com/ThreeDotsLabs/watermill"), WatermillSQLVersion: moduleVersion(watermillSQLModule),
+		GoVersion: runtime.Version(), RiverVersion: benchkit.ModuleVersion("github.com/riverqueue/river"),
+		WatermillVersion: benchkit.ModuleVersion("github.com/ThreeDotsLabs/watermill"), WatermillSQLVersion: benchkit.ModuleVersion(watermillSQLModule),
 		NumCPU: runtime.NumCPU(), Settings: settingsNote(), JSONPath: o.JSONPath,
 	}
 	var failed []string
@@ -212,8 +206,8 @@ func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
 	}
 
 	writeTable(stdout, rep)
-	if err := writeJSON(o.JSONPath, rep); err != nil {
-		return rep, err
+	if err := benchkit.WriteJSON(o.JSONPath, rep); err != nil {
+		return rep, fmt.Errorf("wmbench: %w", err)
 	}
 	fmt.Fprintf(stdout, "\nJSON report: %s\n", o.JSONPath)
 	if len(failed) > 0 {
@@ -257,13 +251,13 @@ func runScenario(ctx context.Context, e *env, s scenario) ([]Result, error) {
 		}
 		r := Result{Scenario: s.name, Metric: m.name, Unit: m.unit, Better: m.better, Note: note}
 		if okRB {
-			r.Riverbus = summarize(rb)
+			r.Riverbus = benchkit.Summarize(rb)
 		}
 		if okWM {
-			r.Baseline = summarize(wm)
+			r.Baseline = benchkit.Summarize(wm)
 		}
 		if okRB && okWM {
-			r.Ratio = summarize(ratios(rb, wm))
+			r.Ratio = benchkit.Summarize(benchkit.Ratios(rb, wm))
 		}
 		rows = append(rows, r)
 	}
@@ -321,36 +315,7 @@ func normalize(opts Opts) (Opts, []scenario, error) {
 	return o, selected, nil
 }
 
-func writeJSON(path string, rep *Report) error {
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("wmbench: create %s: %w", dir, err)
-		}
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return fmt.Errorf("wmbench: encode report: %w", err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("wmbench: write report: %w", err)
-	}
-	return nil
-}
-
 const watermillSQLModule = "github.com/ThreeDotsLabs/watermill-sql/v4"
-
-func moduleVersion(path string) string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	for _, m := range info.Deps {
-		if m.Path == path {
-			return m.Version
-		}
-	}
-	return ""
-}
 
 // loadAverage returns the machine's 1-minute load average, where Linux
 // tells it.

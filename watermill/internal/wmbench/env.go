@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pgserver"
 	"github.com/riverbus/riverbus/migrations"
 )
@@ -47,7 +46,7 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	e := &env{
 		opts:   o,
 		log:    o.Logger,
-		quiet:  slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}),
+		quiet:  slog.New(benchkit.MinLevel(o.Logger.Handler(), slog.LevelWarn)),
 		prefix: fmt.Sprintf("wmbench_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000),
 	}
 	defer func() {
@@ -57,22 +56,9 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	}()
 	e.adminURL = o.DatabaseURL
 	if e.adminURL == "" {
-		e.log.Info("wmbench: starting a throwaway PostgreSQL (durable: fsync and synchronous_commit on)")
-		// As the core bench (internal/bench): shared_buffers 256MB, so
-		// that runs on different machines compare, and pg_stat_statements
-		// loaded but tracking nothing except in the measured databases.
-		settings := map[string]string{"shared_buffers": "256MB"}
-		if pgserver.HasLibrary("pg_stat_statements") {
-			settings["shared_preload_libraries"] = "pg_stat_statements"
-			settings["pg_stat_statements.track"] = "none"
-		}
-		srv, err := pgserver.Start(ctx, pgserver.Opts{
-			Durable:  true,
-			Settings: settings,
-			Logf:     func(format string, args ...any) { e.log.Info("wmbench: " + fmt.Sprintf(format, args...)) },
-		})
+		srv, err := benchkit.StartServer(ctx, e.log, "wmbench")
 		if err != nil {
-			return nil, fmt.Errorf("wmbench: start PostgreSQL: %w", err)
+			return nil, err
 		}
 		e.server = srv
 		e.adminURL = srv.URL("postgres")
@@ -80,24 +66,16 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	if e.admin, err = pgx.Connect(ctx, e.adminURL); err != nil {
 		return nil, fmt.Errorf("wmbench: connect: %w", err)
 	}
-	var fsync, syncCommit, sharedBuffers string
-	if err := e.admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
-		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(&e.pgVersion, &fsync, &syncCommit, &sharedBuffers); err != nil {
-		return nil, fmt.Errorf("wmbench: read server settings: %w", err)
+	if e.serverDesc, e.pgVersion, err = benchkit.DescribeServer(ctx, e.admin, e.server != nil); err != nil {
+		return nil, fmt.Errorf("wmbench: %w", err)
 	}
-	where := "DATABASE_URL server"
-	if e.server != nil {
-		where = "throwaway server"
-	}
-	e.serverDesc = fmt.Sprintf("PostgreSQL %s (%s; fsync %s, synchronous_commit %s, shared_buffers %s)",
-		strings.Fields(e.pgVersion)[0], where, fsync, syncCommit, sharedBuffers)
 
 	e.template = e.prefix + "_tpl"
-	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+ident(e.template)); err != nil {
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+benchkit.Ident(e.template)); err != nil {
 		e.template = ""
 		return nil, fmt.Errorf("wmbench: create the riverbus template database: %w", err)
 	}
-	pool, err := pgxpool.New(ctx, withDatabase(e.adminURL, e.template))
+	pool, err := pgxpool.New(ctx, benchkit.WithDatabase(e.adminURL, e.template))
 	if err != nil {
 		return nil, fmt.Errorf("wmbench: connect to the template: %w", err)
 	}
@@ -105,7 +83,7 @@ func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
 	if _, err := migrations.Up(ctx, pool); err != nil {
 		return nil, fmt.Errorf("wmbench: migrate the riverbus template: %w", err)
 	}
-	e.statements = createStatementsExtension(ctx, pool)
+	e.statements = benchkit.CreateStatementsExtension(ctx, pool)
 	return e, nil
 }
 
@@ -114,7 +92,7 @@ func (e *env) close() {
 	defer cancel()
 	if e.admin != nil {
 		if e.template != "" {
-			_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(e.template)+" WITH (FORCE)")
+			_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+benchkit.Ident(e.template)+" WITH (FORCE)")
 		}
 		_ = e.admin.Close(ctx)
 	}
@@ -142,14 +120,14 @@ type database struct {
 func (e *env) newDatabase(ctx context.Context, side impl) (_ *database, err error) {
 	e.counter++
 	name := fmt.Sprintf("%s_%d", e.prefix, e.counter)
-	create := "CREATE DATABASE " + ident(name)
+	create := "CREATE DATABASE " + benchkit.Ident(name)
 	if side == implRiverbus {
-		create += " TEMPLATE " + ident(e.template)
+		create += " TEMPLATE " + benchkit.Ident(e.template)
 	}
 	if _, err := e.admin.Exec(ctx, create); err != nil {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
-	d := &database{e: e, side: side, name: name, url: withDatabase(e.adminURL, name)}
+	d := &database{e: e, side: side, name: name, url: benchkit.WithDatabase(e.adminURL, name)}
 	defer func() {
 		if err != nil {
 			d.drop()
@@ -184,7 +162,7 @@ func (d *database) drop() {
 	if d.stats != nil {
 		_ = d.stats.Close(ctx)
 	}
-	if _, err := d.e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(d.name)+" WITH (FORCE)"); err != nil {
+	if _, err := d.e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+benchkit.Ident(d.name)+" WITH (FORCE)"); err != nil {
 		d.e.log.Warn("wmbench: drop database", "database", d.name, "error", err)
 	}
 }
@@ -210,35 +188,4 @@ func (e *env) scaled(n int, lo int) int {
 // scaledDuration returns d×Scale, at least lo.
 func (e *env) scaledDuration(d, lo time.Duration) time.Duration {
 	return max(lo, time.Duration(float64(d)*e.opts.Scale))
-}
-
-func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
-
-// withDatabase returns rawURL pointing at database.
-func withDatabase(rawURL, database string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" {
-		// key=value form: a later dbname wins.
-		return strings.TrimSpace(rawURL) + " dbname=" + database
-	}
-	u.Path = "/" + database
-	return u.String()
-}
-
-// minLevel drops records below level.
-type minLevel struct {
-	slog.Handler
-	level slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.level && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(attrs), h.level}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.level}
 }

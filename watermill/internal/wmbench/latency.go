@@ -8,12 +8,15 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 var latencyMetrics = []metric{
 	{"p50", "publish → handler p50", "ms", "lower"},
 	{"p99", "publish → handler p99", "ms", "lower"},
 	{"rate", "publish rate achieved", "msg/s", "higher"},
+	{"handled", "handled rate: messages / first publish → last handled", "msg/s", "higher"},
 	{"db_ms", "database time per message", "ms", "lower"},
 	{"statements", "statements per message", "", "lower"},
 }
@@ -30,27 +33,17 @@ func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, s
 	warm := e.scaled(latencyWarmUp, 50)
 	note := fmt.Sprintf("%d messages offered at %d/s (%s) from %d goroutines, 1 per Publish call, open loop; the publish time (taken before the Publish call) travels in a metadata entry, the handler (one goroutine acking each message as it comes) records now − that; after %d warm-up messages consumed and ANALYZE; the subscriber runs in the bench process (riverbus's with RunFanout: the fan-out too)",
 		n, rate, dur, latencyPublishers, warm)
-	d, err := e.newDatabase(ctx, side)
+	p, err := prepare(ctx, e, side, 2*latencyPublishers)
 	if err != nil {
 		return nil, "", err
 	}
-	defer d.drop()
-	pubDB, err := d.connect(ctx, 2*latencyPublishers)
-	if err != nil {
-		return nil, "", err
-	}
-	defer pubDB.Close()
+	defer p.close()
+	d, pub := p.d, p.pub
 	subDB, err := d.connect(ctx, childConns)
 	if err != nil {
 		return nil, "", err
 	}
 	defer subDB.Close()
-
-	pub, err := newPublisher(side, pubDB)
-	if err != nil {
-		return nil, "", err
-	}
-	defer pub.Close()
 	sub, err := newSubscriber(side, subDB, subscriberOpts{group: groupLat, runFanout: true, logger: e.quiet})
 	if err != nil {
 		return nil, "", err
@@ -68,26 +61,30 @@ func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, s
 	if _, err := publishAll(ctx, pub, warm, publishers, catchUpPerCall); err != nil {
 		return nil, "", fmt.Errorf("warm-up: %w", err)
 	}
-	if err := h.waitFor(ctx, warm, latencyDrainTimeout); err != nil {
+	// A side that cannot keep up falls behind for the whole run: give it
+	// time to catch up, so that its latencies are all counted.
+	drain := max(latencyDrainTimeout, 5*dur)
+	if err := h.waitFor(ctx, warm, drain); err != nil {
 		return nil, "", fmt.Errorf("warm-up: %w", err)
 	}
-	if err := d.settle(ctx, pubDB); err != nil {
+	if err := d.settle(ctx, p.db); err != nil {
 		return nil, "", err
 	}
 	h.reset()
 	if err := d.resetStatements(ctx); err != nil {
 		return nil, "", err
 	}
-	achieved, err := paced(ctx, n, float64(rate), latencyPublishers, func(i int) error {
+	start := time.Now()
+	achieved, err := benchkit.Paced(ctx, n, float64(rate), latencyPublishers, func(_ context.Context, i int) error {
 		return pub.Publish(topic, newMessage(i))
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("publish: %w", err)
 	}
-	if err := h.waitFor(ctx, n, latencyDrainTimeout); err != nil {
+	if err := h.waitFor(ctx, n, drain); err != nil {
 		return nil, "", err
 	}
-	s := sample{"rate": achieved}
+	s := sample{"rate": achieved, "handled": float64(n) / h.last().Sub(start).Seconds()}
 	if err := d.addStatements(ctx, s, "", n); err != nil {
 		return nil, "", err
 	}
@@ -95,8 +92,8 @@ func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, s
 	if err != nil {
 		return nil, "", err
 	}
-	s["p50"] = percentile(lat, 50)
-	s["p99"] = percentile(lat, 99)
+	s["p50"] = benchkit.Percentile(lat, 50)
+	s["p99"] = benchkit.Percentile(lat, 99)
 	return s, note, nil
 }
 
@@ -105,6 +102,7 @@ func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, s
 type handler struct {
 	mu     sync.Mutex
 	lat    []float64 // ms
+	at     time.Time // when the last message came
 	err    error
 	signal chan struct{} // a message came
 }
@@ -121,6 +119,7 @@ func newHandler(msgs <-chan *message.Message) *handler {
 				h.err = err
 			}
 			h.lat = append(h.lat, float64(now.Sub(at))/float64(time.Millisecond))
+			h.at = now
 			h.mu.Unlock()
 			select {
 			case h.signal <- struct{}{}:
@@ -135,6 +134,13 @@ func (h *handler) reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.lat = h.lat[:0]
+}
+
+// last returns when the last message came.
+func (h *handler) last() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.at
 }
 
 // waitFor waits until n messages came since the last reset, at most
@@ -172,57 +178,4 @@ func (h *handler) latencies() ([]float64, error) {
 	s := slices.Clone(h.lat)
 	slices.Sort(s)
 	return s, nil
-}
-
-// paced calls do(i) for i in [0, n) at rate per second, open loop: call i
-// is due at start + i/rate whatever the earlier calls took, on conc
-// goroutines. It returns the achieved rate: rate when every call was handed
-// out on time.
-func paced(ctx context.Context, n int, rate float64, conc int, do func(i int) error) (float64, error) {
-	tickets := make(chan int)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	for range conc {
-		wg.Go(func() {
-			for i := range tickets {
-				if err := do(i); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	start := time.Now()
-	handed := 0
-	for i := range n {
-		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		}
-		select {
-		case tickets <- i:
-			handed++
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	sending := time.Since(start) // until the last call was handed out
-	close(tickets)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	achieved := rate
-	if handed > 1 && sending > 0 {
-		achieved = min(rate, float64(handed-1)/sending.Seconds())
-	}
-	return achieved, firstErr
 }

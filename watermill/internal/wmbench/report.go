@@ -3,47 +3,11 @@ package wmbench
 import (
 	"fmt"
 	"io"
-	"math"
 	"slices"
-	"strings"
 	"text/tabwriter"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
-
-// summarize returns the median and spread of values, or nil for none.
-func summarize(values []float64) *Figure {
-	if len(values) == 0 {
-		return nil
-	}
-	s := slices.Clone(values)
-	slices.Sort(s)
-	n := len(s)
-	median := s[n/2]
-	if n%2 == 0 {
-		median = (s[n/2-1] + s[n/2]) / 2
-	}
-	return &Figure{Median: median, Min: s[0], Max: s[n-1], Runs: slices.Clone(values)}
-}
-
-// percentile returns the nearest-rank p-th percentile (0 < p ≤ 100) of
-// sorted values.
-func percentile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[max(0, min(k, len(sorted)-1))]
-}
-
-// ratios divides a[i] by b[i].
-func ratios(a, b []float64) []float64 {
-	out := make([]float64, 0, len(a))
-	for i := range min(len(a), len(b)) {
-		if b[i] != 0 {
-			out = append(out, a[i]/b[i])
-		}
-	}
-	return out
-}
 
 func writeTable(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "riverbus-watermill-bench: riverbus's Watermill adapter beside %s; %d run(s), scale %g, %s, Go %s, River %s, %d CPU(s), %.0fs\n",
@@ -64,7 +28,7 @@ func writeTable(w io.Writer, rep *Report) {
 	for _, r := range rep.Results {
 		rb, wm, ratio := "-", "-", "-"
 		if r.Error != "" {
-			rb, wm, ratio = "FAILED: "+oneLine(r.Error), "", ""
+			rb, wm, ratio = "FAILED: "+benchkit.OneLine(r.Error), "", ""
 		} else {
 			rb, wm = formatFigure(r.Riverbus, r.Unit), formatFigure(r.Baseline, r.Unit)
 			ratio = formatFigure(r.Ratio, "ratio")
@@ -96,37 +60,12 @@ func formatFigure(f *Figure, unit string) string {
 	if f == nil {
 		return "-"
 	}
-	s := formatNumber(f.Median, unit)
+	s := benchkit.FormatNumber(f.Median, unit)
 	if unit != "" && unit != "ratio" {
 		s += " " + unit
 	}
 	if len(f.Runs) > 1 {
-		s += " (" + formatNumber(f.Min, unit) + "–" + formatNumber(f.Max, unit) + ")"
-	}
-	return s
-}
-
-func formatNumber(v float64, unit string) string {
-	switch {
-	case unit == "ratio":
-		return fmt.Sprintf("%.2f", v)
-	case strings.HasSuffix(unit, "/s") && v >= 1000:
-		return fmt.Sprintf("%.1fk", v/1000)
-	case strings.HasSuffix(unit, "/s"):
-		return fmt.Sprintf("%.0f", v)
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
-	}
-}
-
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 120 {
-		s = s[:117] + "..."
+		s += " (" + benchkit.FormatNumber(f.Min, unit) + "–" + benchkit.FormatNumber(f.Max, unit) + ")"
 	}
 	return s
 }

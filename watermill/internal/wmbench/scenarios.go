@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Sizes at scale 1, and what the scenarios use.
@@ -24,7 +27,8 @@ const (
 
 	// latencyDuration is how long messages are published at the offered
 	// rate, from latencyPublishers goroutines; the handlers then have up
-	// to latencyDrainTimeout to receive the last ones.
+	// to latencyDrainTimeout, or five times the duration if longer, to
+	// receive the last ones.
 	latencyDuration     = 20 * time.Second
 	latencyPublishers   = 32
 	latencyDrainTimeout = 30 * time.Second
@@ -63,27 +67,15 @@ var publishConsumeMetrics = []metric{
 func measurePublishConsume(ctx context.Context, e *env, side impl) (sample, string, error) {
 	n := e.scaled(publishMessages, 100)
 	note := fmt.Sprintf("%d messages published from %d goroutines, 1 per Publish call, nothing consuming; then consumed as a backlog by consumer groups that existed before the publish: one by 1 subscriber process, another by 4 (child processes; each acks every message; time from the first Subscribe call to the last ack); riverbus's fan-out runs in the bench process and has made every job before the subscribers start (catch-up includes the fan-out)", n, publishers)
-	d, err := e.newDatabase(ctx, side)
+	p, err := prepare(ctx, e, side, publishConns, group1, group4)
 	if err != nil {
 		return nil, "", err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, publishConns)
-	if err != nil {
-		return nil, "", err
-	}
-	defer db.Close()
-	if err := initialize(side, db, e.quiet, group1, group4); err != nil {
-		return nil, "", err
-	}
+	defer p.close()
+	d, db, pub := p.d, p.db, p.pub
 	if err := d.settle(ctx, db); err != nil {
 		return nil, "", err
 	}
-	pub, err := newPublisher(side, db)
-	if err != nil {
-		return nil, "", err
-	}
-	defer pub.Close()
 
 	s := sample{}
 	if err := d.resetStatements(ctx); err != nil {
@@ -152,24 +144,12 @@ var catchUpMetrics = []metric{
 func measureCatchUp(ctx context.Context, e *env, side impl) (sample, string, error) {
 	n := e.scaled(catchUpMessages, 500)
 	note := fmt.Sprintf("%d messages published (%d per Publish call from %d goroutines) while no subscriber and no fan-out runs; then 1 subscriber process (riverbus: with RunFanout, so the time includes the fan-out turning the backlog into jobs) from its Subscribe call to its last ack", n, catchUpPerCall, publishers)
-	d, err := e.newDatabase(ctx, side)
+	p, err := prepare(ctx, e, side, publishConns, groupCU)
 	if err != nil {
 		return nil, "", err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, publishConns)
-	if err != nil {
-		return nil, "", err
-	}
-	defer db.Close()
-	if err := initialize(side, db, e.quiet, groupCU); err != nil {
-		return nil, "", err
-	}
-	pub, err := newPublisher(side, db)
-	if err != nil {
-		return nil, "", err
-	}
-	defer pub.Close()
+	defer p.close()
+	d, db, pub := p.d, p.db, p.pub
 	s := sample{}
 	took, err := publishAll(ctx, pub, n, publishers, catchUpPerCall)
 	if err != nil {
@@ -195,4 +175,49 @@ func measureCatchUp(ctx context.Context, e *env, side impl) (sample, string, err
 		return nil, "", err
 	}
 	return s, note, nil
+}
+
+// prepared is a fresh database of one side with a pool and a publisher
+// over it.
+type prepared struct {
+	d   *database
+	db  *pgxpool.Pool
+	pub message.Publisher
+}
+
+// prepare creates a fresh database for side, connects a pool of conns
+// connections, initializes the topic for groups (see initialize) and makes
+// a publisher.
+func prepare(ctx context.Context, e *env, side impl, conns int32, groups ...string) (_ *prepared, err error) {
+	p := &prepared{}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if p.d, err = e.newDatabase(ctx, side); err != nil {
+		return nil, err
+	}
+	if p.db, err = p.d.connect(ctx, conns); err != nil {
+		return nil, err
+	}
+	if err := initialize(side, p.db, e.quiet, groups...); err != nil {
+		return nil, err
+	}
+	if p.pub, err = newPublisher(side, p.db); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *prepared) close() {
+	if p.pub != nil {
+		_ = p.pub.Close()
+	}
+	if p.db != nil {
+		p.db.Close()
+	}
+	if p.d != nil {
+		p.d.drop()
+	}
 }

@@ -6,7 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 // What a message costs the database, on each side: the scenarios read
@@ -16,17 +17,6 @@ import (
 // statement that ran it. It needs the module loaded by the server (the
 // throwaway server loads it when PostgreSQL ships it) and a superuser, as
 // the throwaway server's is; without either those rows are left out.
-
-// createStatementsExtension creates pg_stat_statements in the database
-// behind pool and reports whether the server tracks statements.
-func createStatementsExtension(ctx context.Context, pool *pgxpool.Pool) bool {
-	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-		return false
-	}
-	// The view refuses to be read when the module is not loaded.
-	var n int64
-	return pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM pg_stat_statements LIMIT 1) s`).Scan(&n) == nil
-}
 
 // trackStatements opens d.stats, creates the extension in d (the riverbus
 // template has it already), then makes the sessions opened to d from now
@@ -40,7 +30,7 @@ func (d *database) trackStatements(ctx context.Context) error {
 		_ = conn.Close(ctx)
 		return err
 	}
-	if _, err := d.e.admin.Exec(ctx, "ALTER DATABASE "+ident(d.name)+" SET pg_stat_statements.track = 'top'"); err != nil {
+	if err := benchkit.TrackStatements(ctx, d.e.admin, d.name); err != nil {
 		_ = conn.Close(ctx)
 		return err
 	}
@@ -48,21 +38,13 @@ func (d *database) trackStatements(ctx context.Context) error {
 	return nil
 }
 
-const (
-	sqlStatementsReset = `SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)`
-	// total_exec_time includes the time statements waited (for a lock, for
-	// the WAL to be flushed at commit); planning is not tracked.
-	sqlStatementsTotals = `SELECT coalesce(sum(total_exec_time), 0)::float8, coalesce(sum(calls), 0)::bigint
-FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
-)
-
 // resetStatements starts a measured phase: the database's statement totals
 // from zero.
 func (d *database) resetStatements(ctx context.Context) error {
 	if d.stats == nil {
 		return nil
 	}
-	if _, err := d.stats.Exec(ctx, sqlStatementsReset); err != nil {
+	if _, err := d.stats.Exec(ctx, benchkit.SQLStatementsReset); err != nil {
 		return fmt.Errorf("reset pg_stat_statements: %w", err)
 	}
 	return nil
@@ -77,7 +59,7 @@ func (d *database) addStatements(ctx context.Context, s sample, prefix string, m
 	}
 	var ms float64
 	var calls int64
-	if err := d.stats.QueryRow(ctx, sqlStatementsTotals).Scan(&ms, &calls); err != nil {
+	if err := d.stats.QueryRow(ctx, benchkit.SQLStatementsTotals).Scan(&ms, &calls); err != nil {
 		return fmt.Errorf("read pg_stat_statements: %w", err)
 	}
 	s[prefix+"db_ms"] = ms / float64(messages)
