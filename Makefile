@@ -38,9 +38,16 @@ test/short: ## Fast tests only (skips multi-process and restart tests)
 	$(GO) test -count=1 -short $(PKGS)
 	cd watermill && $(GO) test -count=1 -short ./...
 
-bench: ## Build bin/riverbus-bench and run it: riverbus beside raw River, table + bench/results.json (about 18 min on 2 cores; BENCH_FLAGS="--scale 0.1" for a quick look)
+# The Watermill bench takes --scale (and --runs, --json, --database-url) but
+# not the core bench's scenarios: it gets BENCH_FLAGS' --scale unless
+# WATERMILL_BENCH_FLAGS says otherwise.
+WATERMILL_BENCH_FLAGS ?= $(shell printf '%s\n' '$(BENCH_FLAGS)' | grep -oE -- '--scale(=| +)[^ ]+')
+
+bench: ## Build and run bin/riverbus-bench (riverbus beside raw River: bench/results.json, about 18 min on 2 cores), then bin/riverbus-watermill-bench (the Watermill adapter beside watermill-sql: bench/watermill.json); BENCH_FLAGS="--scale 0.1" for a quick look
 	$(GO) build -o bin/riverbus-bench ./cmd/riverbus-bench
+	cd watermill && $(GO) build -o ../bin/riverbus-watermill-bench ./cmd/riverbus-watermill-bench
 	./bin/riverbus-bench $(BENCH_FLAGS)
+	./bin/riverbus-watermill-bench $(WATERMILL_BENCH_FLAGS)
 
 chaos: ## Try hard to lose an event for 5 min (CHAOS_DURATION=30m for longer): kill -9s, a PostgreSQL crash, late commits
 	RIVERBUS_CHAOS_DURATION=$(or $(CHAOS_DURATION),5m) $(GO) test ./integration -run TestChaos -count=1 -v -timeout 2h
