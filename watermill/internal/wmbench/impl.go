@@ -123,12 +123,18 @@ func initialize(side impl, db *pgxpool.Pool, logger *slog.Logger, groups ...stri
 }
 
 // newMessage is message i: a JSON payload (watermill-sql's default payload
-// column is JSON) of about 100 bytes, and its publish time in the metadata.
+// column is JSON) of about 100 bytes, and its index and publish time in the
+// metadata.
 func newMessage(i int) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, `{"n":%d,"pad":"%s"}`, i, padding))
+	msg.Metadata.Set(indexKey, strconv.Itoa(i))
 	msg.Metadata.Set(publishedAtKey, strconv.FormatInt(time.Now().UnixNano(), 10))
 	return msg
 }
+
+// indexKey is the metadata entry that carries a message's index in its
+// run.
+const indexKey = "bench_n"
 
 const padding = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
 
