@@ -68,4 +68,11 @@ func TestRunSmoke(t *testing.T) {
 	// Every scenario's every metric, the statement rows included: the
 	// throwaway server loads pg_stat_statements.
 	require.ElementsMatch(t, metrics, got)
+	sides := map[string]int{}
+	for _, top := range rep.TopStatements {
+		require.NotEmpty(t, top.Statements, "%s %s %s", top.Scenario, top.Phase, top.Side)
+		sides[top.Side]++
+	}
+	require.Equal(t, sides["riverbus"], sides["watermill-sql"], "the phases whose statements are shown, by side: %v", sides)
+	require.Positive(t, sides["riverbus"])
 }

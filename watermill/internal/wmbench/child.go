@@ -107,12 +107,12 @@ func runSubscriber(ctx context.Context, side impl, o subscriberOpts, stdin io.Re
 	defer sub.Close()
 
 	var out sync.Mutex // stdout's lines
-	println := func(s string) {
+	say := func(s string) {
 		out.Lock()
 		defer out.Unlock()
 		fmt.Fprintln(stdout, s)
 	}
-	println("ready")
+	say("ready")
 	lines := bufio.NewScanner(stdin)
 	if !lines.Scan() {
 		return errors.New("stdin closed before the start")
@@ -160,7 +160,7 @@ func runSubscriber(ctx context.Context, side impl, o subscriberOpts, stdin io.Re
 		mu.Unlock()
 		if n != reported {
 			reported = n
-			println("acked " + strconv.FormatInt(n, 10))
+			say("acked " + strconv.FormatInt(n, 10))
 		}
 	}
 loop:
@@ -184,7 +184,7 @@ loop:
 	if err != nil {
 		return err
 	}
-	println(string(b))
+	say(string(b))
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus"
+	"github.com/riverbus/riverbus/fanout"
 	rbw "github.com/riverbus/riverbus/watermill"
 	"github.com/riverbus/riverbus/workers"
 )
@@ -57,7 +58,7 @@ func settingsNote() string {
 	return fmt.Sprintf("riverbus: the adapter's defaults (riverbus/watermill PublisherConfig{}, SubscriberConfig with a consumer group: MaxInFlight %d, River FetchPollInterval %s and insert notifications, the fan-out's default fanout.Config: PollInterval %s and append notifications); "+
 		"watermill-sql: DefaultPostgreSQLSchema and DefaultPostgreSQLOffsetsAdapter (batches of 100 rows a query, JSON payload column), InitializeSchema true, a consumer group, PollInterval %s (its default 1s; no notifications), other settings default; "+
 		"both over pgx v5 pgxpool pools (watermill-sql through sql.BeginnerFromPgx); payloads: JSON documents of about 100 bytes, one metadata entry",
-		workers.MaxWorkersDefault, workers.FetchPollIntervalDefault, time.Second, watermillSQLPollInterval)
+		workers.MaxWorkersDefault, workers.FetchPollIntervalDefault, fanout.PollIntervalDefault, watermillSQLPollInterval)
 }
 
 // newPublisher returns side's publisher over db, one transaction per
