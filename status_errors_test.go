@@ -46,7 +46,9 @@ func TestStatusShowsFailingOperations(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ws := workers.NewRegistry()
 	workers.Add(ws, okWorker{}, &workers.AddOpts{MaxWorkers: 2})
-	riverbustest.StartClient(t, b.db, &riverbus.Config{Workers: ws, ReportInterval: 100 * time.Millisecond,
+	// Reports every second: stale after three missed ones, which a loaded
+	// machine does not make it miss (at 100 ms, one late report did).
+	riverbustest.StartClient(t, b.db, &riverbus.Config{Workers: ws, ReportInterval: time.Second,
 		ProcessName: "billing workers", Logger: quiet, Work: workers.Config{Logger: quiet}})
 	for range 30 {
 		_, err := outbox.Append(ctx, b.db, outbox.Event{Type: "InvoiceIssued", Data: json.RawMessage(`{}`)})
