@@ -20,13 +20,13 @@ install: ## Install the riverbus command into $GOBIN, else $(go env GOPATH)/bin,
 run: build ## Run the demo: throwaway PostgreSQL (unless DATABASE_URL is set), fan-out, workers, River UI
 	./bin/riverbus run --demo
 
-test: ## Every test, integration included, against a PostgreSQL the tests start; the Watermill module's run beside the core's
+test: ## Every test, integration included, against a PostgreSQL the tests start; then the Watermill module's
 	$(GO) vet $(PKGS)
 	cd watermill && $(GO) vet ./...
-	$(MAKE) --no-print-directory -j2 --output-sync=target test/core test/watermill
+	$(MAKE) --no-print-directory test/core test/watermill
 
 test/core: ## The core module's tests
-	$(GO) test -count=1 -p 4 -parallel 4 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 20m $(PKGS)
 
 test/watermill: ## The Watermill adapter's tests, Watermill's universal Pub/Sub suite among them
 	cd watermill && $(GO) test -count=1 -timeout 30m ./...
