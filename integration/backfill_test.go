@@ -16,7 +16,7 @@ import (
 	"github.com/riverbus/riverbus/outbox"
 )
 
-// `riverbus backfill` of 100,000 rows, killed -9 midway and run again,
+// `riverbus backfill` of 20,000 rows, killed -9 midway and run again,
 // while writers append live events and a `riverbus fanout` process
 // delivers: exactly one event per row, each delivered once to a pool that
 // sees only the backfill, and every live event delivered once to a pool
@@ -29,7 +29,7 @@ func TestBackfillKilledMidwayAppendsEachRowOnce(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
 	db := pgtest.Connect(t, dbURL)
-	const rows = 100_000
+	const rows = 20_000
 	_, err := db.Exec(ctx, `CREATE TABLE users (id bigint PRIMARY KEY, email text NOT NULL, created timestamptz NOT NULL)`)
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `INSERT INTO users SELECT i, 'user' || i || '@example.com', now() - i * interval '1 minute' FROM generate_series(1, $1::int) AS i`, rows)
@@ -54,7 +54,7 @@ func TestBackfillKilledMidwayAppendsEachRowOnce(t *testing.T) {
 	}
 	// The rate leaves the run seconds to go when it is killed, however fast
 	// the machine: nothing here is timed.
-	first := backfill("--rate", "20000")
+	first := backfill("--rate", "4000")
 	appended := func() int64 {
 		var n int64
 		require.NoError(t, db.QueryRow(ctx, `SELECT coalesce((SELECT rows_appended FROM riverbus_backfill WHERE name = 'users'), 0)`).Scan(&n))
@@ -79,8 +79,8 @@ func TestBackfillKilledMidwayAppendsEachRowOnce(t *testing.T) {
 	stopWriters()
 	t.Logf("second run: %s", lastLine(out))
 
-	// Exactly one event per row: 100,000 events whose row ids are 100,000
-	// distinct ids from 1 to 100,000.
+	// Exactly one event per row: as many events as rows, whose row ids are
+	// that many distinct ids from 1 up.
 	var events, distinct, lowest, highest int64
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*), count(DISTINCT metadata->>'backfill_id'),
 		min((metadata->>'backfill_id')::bigint), max((metadata->>'backfill_id')::bigint)

@@ -134,6 +134,7 @@ func deliveredEvents(p *proc) map[string]map[int64]bool {
 // took numbers from the standby's sequence, which is behind: they too must
 // reach handlers under numbers never used before.
 func TestFailoverNeverReusesDeliveredNumbers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newCluster(t)
 	db, worker := c.run(t, bustype.PoolParams{Name: "failover"})
@@ -197,6 +198,7 @@ const lanes, perLane = 4, 4
 // lanes: every lane must move on within seconds of the new primary being
 // reachable, not after River's rescue interval (an hour here).
 func TestFailoverOrderedPoolResumesWithinSeconds(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newCluster(t)
 	db, worker := c.run(t, bustype.PoolParams{Name: "lanes", Ordering: bustype.OrderingKey},
