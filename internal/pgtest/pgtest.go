@@ -43,6 +43,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -54,7 +55,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverbus/riverbus/internal/pgserver"
@@ -243,6 +246,34 @@ func NewEmptyDatabase(t TB) string {
 	return createDatabase(t, "")
 }
 
+// CopyDatabase creates a copy of the database at url (CREATE DATABASE ...
+// TEMPLATE), dropped when the test ends, and returns the copy's URL: a
+// state built once, copied for each test that starts from it. Nothing may
+// be connected to url meanwhile; a session that leaves within seconds (an
+// autovacuum worker, a pool closing) is waited for.
+func CopyDatabase(t TB, url string) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("pgtest: parse url: %v", err)
+	}
+	clause := " TEMPLATE " + pgx.Identifier{cfg.Database}.Sanitize()
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
+		err := adminExec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+clause)
+		var pgErr *pgconn.PgError
+		if err != nil && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectInUse && wait < 10*time.Second {
+			time.Sleep(wait)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("pgtest: copy database %s: %v", cfg.Database, err)
+		}
+		dropAtCleanup(t, name)
+		return withDatabase(adminURL, name)
+	}
+}
+
 // createDatabase creates a database with a unique name (CREATE DATABASE
 // name + clause), drops it when the test ends, and returns its URL.
 func createDatabase(t TB, clause string) string {
@@ -252,12 +283,17 @@ func createDatabase(t TB, clause string) string {
 	if err := adminExec(context.Background(), "CREATE DATABASE "+ident+clause); err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
+	dropAtCleanup(t, name)
+	return withDatabase(adminURL, name)
+}
+
+// dropAtCleanup drops the database name when the test ends.
+func dropAtCleanup(t TB, name string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = adminExec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+		_ = adminExec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
-	return withDatabase(adminURL, name)
 }
 
 // adminExec runs one statement on the maintenance database.
