@@ -64,7 +64,7 @@ func TestBatchBudget(t *testing.T) {
 	all = append(all, appendEvent(t, b.db, "after"))
 	pass(t, f) // records the gap
 	clock.Advance(time.Hour)
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		pass(t, f)
 		return horizon(t, b.db).GapsSkipped > 0
 	}, "the held sequences skipped")

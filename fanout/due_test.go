@@ -52,7 +52,7 @@ func TestHorizonMoveRunsOnlyPoolsItConcerns(t *testing.T) {
 	}
 	require.Empty(t, others, "batches of pools that no event of the moves matched")
 
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		var behind int
 		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM riverbus_pool WHERE cursor_seq < $1`, last).Scan(&behind))
 		return behind == 0

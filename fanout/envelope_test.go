@@ -117,7 +117,7 @@ func TestJobArgsAreTheBustypeTypes(t *testing.T) {
 	defer func() { _ = held.Rollback(ctx) }()
 	late := map[int64]bool{appendIn(held, true, false): true, appendIn(held, true, true): true}
 	appendTx(1, false)
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		pass(t, f)
 		return horizon(t, b.db).GapsSkipped > 0
 	}, "the held transaction's sequences skipped")

@@ -109,7 +109,7 @@ func TestInFlightGapHeld(t *testing.T) {
 	require.Equal(t, map[int64]int{before: 1}, c)
 
 	require.NoError(t, txA.Commit(ctx))
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		return len(c) == 3
 	}, "both delivered after commit")
@@ -181,7 +181,7 @@ func TestUnrelatedLongTransactionDoesNotStallProof(t *testing.T) {
 	// that ends between a round's snapshot and its pg_locks read can defer
 	// the proof by a round. The gap timeout is an hour, so only the proof
 	// can pass it.
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		pass(t, f)
 		return horizon(t, b.db).Horizon == after
 	}, "rolled-back gap proven")
@@ -239,7 +239,7 @@ func TestPinnedSnapshotFallsBackToTimeout(t *testing.T) {
 	s.Horizon.TestSignals.RoundDone.WaitFor("skipped sequence forgotten", func(r fanout.RoundResult) bool { return r.Forgotten > 0 })
 	require.Zero(t, horizon(t, b.db).Watching)
 	// The pool is fanned out in a loop of its own, after the horizon moved.
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		return c[after] > 0
 	}, "the pool's job")
@@ -264,13 +264,13 @@ func TestLateEventDeliveredOnceToEveryPool(t *testing.T) {
 	require.Equal(t, int64(1), horizon(t, b.db).GapsSkipped)
 
 	require.NoError(t, txA.Commit(ctx))
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		ca, _ := jobs(t, b.db, "pa")
 		cb, _ := jobs(t, b.db, "pb")
 		return ca[n] == 1 && cb[n] == 1
 	}, "late event delivered")
 	s.Retirer.TestSignals.Retired.WaitFor("late record retired", func(n int64) bool { return n > 0 })
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		var left int
 		require.NoError(t, b.db.QueryRow(ctx, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)").Scan(&left))
 		return left == 0
@@ -305,7 +305,7 @@ func skipHeldGap(t *testing.T, b *testBundle, s *fanout.Services, clock *fanout.
 	after = appendEvent(t, b.db, "after")
 	s.Horizon.TestSignals.RoundDone.WaitFor("the gap recorded", func(r fanout.RoundResult) bool { return r.Holding })
 	clock.Advance(time.Hour)
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		for _, pool := range pools {
 			if c, _ := jobs(t, b.db, pool); c[after] != 1 {
 				return false
@@ -334,11 +334,11 @@ func TestLateEventBeforeResetPointNotDelivered(t *testing.T) {
 	_, err := pools.Reset(ctx, b.db, "moved", after)
 	require.NoError(t, err)
 	require.NoError(t, txA.Commit(ctx))
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		ck, _ := jobs(t, b.db, "kept")
 		return ck[n] == 1
 	}, "late event delivered to the pool that kept its start")
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		var left int
 		require.NoError(t, b.db.QueryRow(ctx, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)").Scan(&left))
 		return left == 0
@@ -464,7 +464,7 @@ func TestCatchUpAndLiveHandOff(t *testing.T) {
 		live = append(live, appendEvent(t, b.db, "t"))
 	}
 	all := append(append([]int64{}, old...), live...)
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, b.db, "from-beginning")
 		c2, _ := jobs(t, b.db, "from-now")
 		return len(c) == len(all) && len(c2) == len(live)
@@ -480,7 +480,7 @@ func TestCatchUpAndLiveHandOff(t *testing.T) {
 	require.Equal(t, expect(all), c)
 	c, _ = jobs(t, b.db, "from-now")
 	require.Equal(t, expect(live), c)
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, b.db, "from-seq")
 		return len(c) == len(all)-10
 	}, "from-seq fanned out")
@@ -728,7 +728,7 @@ func TestGapWithXidBoundFromAnotherClusterDoesNotStall(t *testing.T) {
 		VALUES ($1, $1, '1099511627776'::xid8, now() - interval '1 second')`, n)
 	require.NoError(t, err)
 	runFanout(t, f)
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		return horizon(t, b.db).Horizon >= after && c[after] == 1
 	}, "horizon past the gap and the event delivered")
@@ -834,7 +834,7 @@ func TestLaneLockYieldsToMultiBucketRelease(t *testing.T) {
 		_, _, err := f.FanOutPool(ctx, "ord")
 		done <- err
 	}()
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		var waiting int
 		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))

@@ -348,7 +348,7 @@ func TestGroupUpdateInsideTransaction(t *testing.T) {
 		seqs = append(seqs, appendKeyed(t, tx, "A"))
 	}
 	require.NoError(t, tx.Commit(ctx))
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		pass(t, f)
 		p, err := pools.Get(ctx, b.db, "switch")
 		require.NoError(t, err)

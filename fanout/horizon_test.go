@@ -104,7 +104,7 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 	s := fanouttest.InitSignals(t, f)
 	runFanout(t, f)
 	s.Horizon.TestSignals.RoundDone.WaitFor("jump skipped by the gap timeout", func(r fanout.RoundResult) bool { return r.Skipped > 0 })
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, db, "pp")
 		return c[top] == 1
 	}, "the event above the jump fanned out")
@@ -112,7 +112,7 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 	require.Equal(t, int64(1e15+1), horizon(t, db).Watching)
 	require.LessOrEqual(t, count(t, db, "SELECT count(*) FROM riverbus_gap"), int64(1))
 	require.NoError(t, txA.Commit(ctx))
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, db, "pp")
 		return c[held] == 1 && count(t, db, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late)") == 0
 	}, "late event delivered and its range forgotten")
@@ -125,7 +125,7 @@ func TestSequenceJumpIsOneRange(t *testing.T) {
 	_, err = db.Exec(ctx, "SELECT setval('riverbus_event_global_sequence', 9000000000000000000)")
 	require.NoError(t, err)
 	last := appendEvent(t, db, "t")
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, db, "pp")
 		return c[last] == 1
 	}, "horizon past a jump to 9e18")
@@ -169,7 +169,7 @@ func TestBurnedNumbersLeaveOneRange(t *testing.T) {
 	}
 
 	require.NoError(t, txA.Commit(ctx))
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		pass(t, f)
 		return count(t, db, "SELECT (SELECT count(*) FROM riverbus_skipped) + (SELECT count(*) FROM riverbus_late) + (SELECT count(*) FROM riverbus_pool_late)") == 0
 	}, "late event delivered and retired")
@@ -239,7 +239,7 @@ func TestCachedSequenceNumbersAreNotLost(t *testing.T) {
 	_, err = db.Exec(ctx, "ALTER SEQUENCE riverbus_event_global_sequence CACHE 1")
 	require.NoError(t, err)
 	require.NoError(t, a.Close(ctx))
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		pass(t, f)
 		return horizon(t, db).Horizon >= s2
 	}, "horizon past the cached numbers")
@@ -392,7 +392,7 @@ func TestHorizonRowDeletedAndRepaired(t *testing.T) {
 	require.False(t, again.Created)
 
 	runFanout(t, f)
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		c, _ := jobs(t, b.db, "pp")
 		k, _ := jobs(t, b.db, "keyed")
 		return len(c) == len(seqs) && len(k) == len(seqs)
@@ -484,7 +484,7 @@ func TestEventAboveSequenceIsHeldAndReported(t *testing.T) {
 	require.NoError(t, txA.Rollback(ctx))
 	seqs = append(seqs, appendEvent(t, b.db, "t"))
 	top := seqs[len(seqs)-1]
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		pass(t, f)
 		return horizon(t, b.db).Horizon == top
 	}, "horizon at the last event from the sequence")
@@ -558,7 +558,7 @@ func TestRenumberRecoversPlantedEvents(t *testing.T) {
 	next := appendEvent(t, b.db, "t")
 	require.Equal(t, seqs[3]+3, next, "the sequence goes on from where it was")
 	seqs = append(seqs, next)
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		pass(t, f)
 		return horizon(t, b.db).Horizon == next
 	}, "horizon past the renumbered events")

@@ -260,7 +260,7 @@ CREATE TRIGGER test_block_pool BEFORE INSERT ON river_job FOR EACH ROW EXECUTE F
 	f := newFanout(t, b.db, fanout.Config{})
 	runFanout(t, f)
 	first := appendOK(t, b.db, "a")
-	testwait.Eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		var waiting bool
 		require.NoError(t, b.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted
 			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting))
@@ -268,7 +268,7 @@ CREATE TRIGGER test_block_pool BEFORE INSERT ON river_job FOR EACH ROW EXECUTE F
 	}, "the hanging pool's batch waits for the lock")
 	for range 5 {
 		seq := appendOK(t, b.db, "a")
-		testwait.Eventually(t, 10*time.Second, func() bool {
+		testwait.Eventually(t, time.Minute, func() bool {
 			_, ok := jobStates(t, b.db, "healthy")[seq]
 			return ok
 		}, "the healthy pool's job")
@@ -279,7 +279,7 @@ CREATE TRIGGER test_block_pool BEFORE INSERT ON river_job FOR EACH ROW EXECUTE F
 
 	// Released, the hanging pool catches up.
 	require.NoError(t, holder.Rollback(ctx))
-	testwait.Eventually(t, 10*time.Second, func() bool { return len(jobStates(t, b.db, "hanging")) == 6 }, "the hanging pool's jobs")
+	testwait.Eventually(t, time.Minute, func() bool { return len(jobStates(t, b.db, "hanging")) == 6 }, "the hanging pool's jobs")
 	require.Empty(t, jobStates(t, b.db, "failing"))
 }
 

@@ -55,7 +55,7 @@ func TestFanoutStopsWhenTheSchemaNeedsNewerCode(t *testing.T) {
 		}
 		return true
 	}
-	testwait.Eventually(t, 10*time.Second, func() bool { return delivered(5) }, "the old fan-out delivers before the upgrade")
+	testwait.Eventually(t, time.Minute, func() bool { return delivered(5) }, "the old fan-out delivers before the upgrade")
 
 	require.Equal(t, code+1, pgtest.MigrateNewer(t, db))
 	select {
@@ -88,7 +88,7 @@ func TestFanoutStopsWhenTheSchemaNeedsNewerCode(t *testing.T) {
 	// The newer build takes over: every event once.
 	next := newFanout(code + 1)
 	fanouttest.RunFanout(t, next)
-	testwait.Eventually(t, 10*time.Second, func() bool { return delivered(10) }, "the new fan-out delivers the rest")
+	testwait.Eventually(t, time.Minute, func() bool { return delivered(10) }, "the new fan-out delivers the rest")
 	counts, _ := fanouttest.Jobs(t, db, "orders")
 	require.Len(t, counts, 10)
 	for _, s := range seqs {
