@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -26,6 +27,36 @@ import (
 // timeout is 2 s), short against a forged pause, which River would honour
 // until its next poll of the queue's state, a minute later.
 const chaosStallAfter = 10 * time.Second
+
+// chaosStallLoad is the load per CPU up to which chaosStallAfter holds as
+// is: the chaos run's own processes stay below it on a machine it has to
+// itself (make chaos). Past it, as when TestChaos shares a machine with
+// the rest of the suite and other work, every process gets a smaller share
+// of a core and each fan-out round and River fetch takes longer, so the
+// bound stretches with the 1-minute load average, up to chaosStallStretch
+// times: a stall then is a standstill long against what the machine
+// allowed, while a forged pause (honoured until River's next poll, a
+// minute later) still shows, and a session waiting for the neighbour's
+// locks shows whatever the load.
+const (
+	chaosStallLoad    = 4.0
+	chaosStallStretch = 3.0
+)
+
+// stallAfter is the stall bound for the machine's load now (see
+// chaosStallLoad) and the load it read (0 when unreadable).
+func stallAfter() (time.Duration, float64) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return chaosStallAfter, 0
+	}
+	var load float64
+	if _, err := fmt.Sscan(string(b), &load); err != nil {
+		return chaosStallAfter, 0
+	}
+	f := min(max(load/(chaosStallLoad*float64(runtime.NumCPU())), 1), chaosStallStretch)
+	return time.Duration(f * float64(chaosStallAfter)).Round(time.Second), load
+}
 
 // chaosCrashQuiet: after the PostgreSQL crash no stall is counted for this
 // long, while every River client and fan-out reconnects.
@@ -68,6 +99,7 @@ type chaosStalls struct {
 	horizonLast   int64
 	stalledPools  map[string]bool
 	horizonStalls int
+	maxBound      time.Duration // the longest stall bound the load made (stallAfter)
 	episodes      []string
 	// lockWaits are the sessions seen waiting for a lock the neighbour
 	// held: "pid application_name: query".
@@ -199,12 +231,18 @@ WHERE NOT w.granted AND w.locktype <> 'object' AND a.usename IS DISTINCT FROM $1
 // until ctx ends.
 func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
 	defer close(s.done)
-	window := chaosStallAfter.String()
+	var bound, logged time.Duration
 	for ctx.Err() == nil {
 		sleepCtx(ctx, time.Second)
 		now := time.Now()
+		b, load := stallAfter()
+		bound, s.maxBound = b, max(s.maxBound, b)
+		if (logged == 0 && b != chaosStallAfter) || (logged != 0 && (b-logged).Abs() >= 5*time.Second) {
+			r.t.Logf("%5.1fs stall bound %s (load %.1f on %d CPUs)", r.elapsed(), b, load, runtime.NumCPU())
+			logged = b
+		}
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		rows, err := s.db.Query(qctx, sqlPoolStalls, window)
+		rows, err := s.db.Query(qctx, sqlPoolStalls, bound.String())
 		stalled := map[string]bool{}
 		if err == nil {
 			var pool string
@@ -235,7 +273,7 @@ func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
 		for pool, st := range stalled {
 			if !st || s.quiet(pool, now) {
 				if !s.since[pool].IsZero() {
-					r.t.Logf("%5.1fs pool %s works again after a stall of at least %s", r.elapsed(), pool, now.Sub(s.since[pool]).Round(time.Second)+chaosStallAfter)
+					r.t.Logf("%5.1fs pool %s works again after a stall of at least %s", r.elapsed(), pool, now.Sub(s.since[pool]).Round(time.Second)+bound)
 				}
 				s.since[pool] = time.Time{}
 				continue
@@ -243,23 +281,23 @@ func (s *chaosStalls) watch(ctx context.Context, r *chaosRun) {
 			if s.since[pool].IsZero() {
 				s.since[pool] = now
 				s.stalledPools[pool] = true
-				s.episodes = append(s.episodes, fmt.Sprintf("%5.1fs pool %s: jobs due for %s, none started or finished", r.elapsed(), pool, chaosStallAfter))
-				r.t.Logf("%5.1fs STALL: pool %s has had jobs due for %s and started or finished none", r.elapsed(), pool, chaosStallAfter)
+				s.episodes = append(s.episodes, fmt.Sprintf("%5.1fs pool %s: jobs due for %s, none started or finished", r.elapsed(), pool, bound))
+				r.t.Logf("%5.1fs STALL: pool %s has had jobs due for %s and started or finished none", r.elapsed(), pool, bound)
 				s.describeStall(ctx, r, pool)
 			}
 		}
 		switch {
 		case s.horizonQuiet(now) || h != s.horizonLast || last <= h:
 			s.horizonSince, s.horizonLast = now, h
-		case now.Sub(s.horizonSince) > chaosStallAfter:
+		case now.Sub(s.horizonSince) > bound:
 			s.horizonStalls++
-			s.episodes = append(s.episodes, fmt.Sprintf("%5.1fs horizon: at %d for %s with committed events up to %d", r.elapsed(), h, chaosStallAfter, last))
-			r.t.Logf("%5.1fs STALL: the horizon has been at %d for %s, committed events up to %d", r.elapsed(), h, chaosStallAfter, last)
+			s.episodes = append(s.episodes, fmt.Sprintf("%5.1fs horizon: at %d for %s with committed events up to %d", r.elapsed(), h, bound, last))
+			r.t.Logf("%5.1fs STALL: the horizon has been at %d for %s, committed events up to %d", r.elapsed(), h, bound, last)
 			// A stalled horizon stops every pool.
 			for pool := range stalled {
 				s.stalledPools[pool] = true
 			}
-			s.horizonSince = now // one episode per chaosStallAfter of standstill
+			s.horizonSince = now // one episode per bound of standstill
 		}
 	}
 }
