@@ -64,6 +64,13 @@ const (
 
 var chaosProcPools = []string{chaosProjection, chaosHooks, chaosOrdered}
 
+// chaosOwnMachine reports whether the chaos run was asked for by itself
+// (make chaos sets its duration) rather than run as part of the whole
+// suite, beside every other package's tests.
+func chaosOwnMachine() bool {
+	return *chaosDurationFlag > 0 || os.Getenv("RIVERBUS_CHAOS_DURATION") != ""
+}
+
 func chaosDuration(t *testing.T) time.Duration {
 	t.Helper()
 	d := chaosDefaultDur
