@@ -2,14 +2,8 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"log/slog"
-	"math"
-	"runtime"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/riverbus/riverbus/internal/benchkit"
 )
@@ -17,49 +11,22 @@ import (
 // Defaults of Opts fields.
 const (
 	RunsDefault     = 3
-	ScaleDefault    = 1.0
 	JSONPathDefault = "bench/results.json"
 )
 
-// Opts configures Run. Zero fields take their defaults.
-type Opts struct {
-	// DatabaseURL is a PostgreSQL server to measure on; its user must be
-	// allowed to create databases. Every measurement gets a database of its
-	// own, dropped afterwards. Empty: start a throwaway server (fsync and
-	// synchronous_commit on: PostgreSQL's default durability) and stop it at the end.
-	DatabaseURL string
-	// Runs is how many times each scenario is measured. Zero: RunsDefault.
-	Runs int
-	// Scale multiplies every size and duration: 1 is the full benchmark,
-	// CI's smoke check uses 0.01 or less. Sizes never go below a small
-	// minimum. Zero: ScaleDefault.
-	Scale float64
-	// Scenarios selects scenarios by name (see ScenarioNames). Empty: all.
-	Scenarios []string
-	// JSONPath is where the report is written as JSON; its directory is
-	// created. Zero: JSONPathDefault.
-	JSONPath string
-	// Logger receives progress, and warnings from River and the fan-out.
-	// Nil: nothing is logged.
-	Logger *slog.Logger
-}
+// defaults are this bench's defaults of Opts fields.
+var defaults = benchkit.Defaults{Runs: RunsDefault, JSONPath: JSONPathDefault, DatabaseEnv: "$DATABASE_URL or $RIVERBUS_DATABASE_URL"}
+
+// Opts configures Run. Zero fields take their defaults: Runs RunsDefault,
+// JSONPath JSONPathDefault. Scenarios are named as ScenarioNames returns
+// them.
+type Opts = benchkit.Opts
 
 // Report is what Run measured.
 type Report struct {
-	StartedAt       time.Time `json:"started_at"`
-	DurationSeconds float64   `json:"duration_seconds"`
-	Runs            int       `json:"runs"`
-	Scale           float64   `json:"scale"`
-	// Server describes the PostgreSQL server and its durability settings.
-	Server          string `json:"server"`
-	PostgresVersion string `json:"postgres_version"`
-	GoVersion       string `json:"go_version"`
-	RiverVersion    string `json:"river_version,omitempty"`
-	NumCPU          int    `json:"num_cpu"`
+	benchkit.Header
 	// Results has one row per scenario and metric, in scenario order.
 	Results []Result `json:"results"`
-	// JSONPath is where the report was written.
-	JSONPath string `json:"-"`
 }
 
 // Result is one row of the report: one metric of one scenario.
@@ -134,11 +101,7 @@ var scenarios = []scenario{
 // ScenarioNames returns the names Opts.Scenarios accepts, in the order Run
 // runs them.
 func ScenarioNames() []string {
-	names := make([]string, len(scenarios))
-	for i, s := range scenarios {
-		names[i] = s.name
-	}
-	return names
+	return benchkit.Names(scenarios, func(s scenario) string { return s.name })
 }
 
 // Run measures the selected scenarios, prints a table of the results and the
@@ -152,93 +115,25 @@ func ScenarioNames() []string {
 // fanoutproc or workerproc first: the program must hand those arguments to
 // Main, as riverbus-bench and this package's tests do.
 func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
-	o, selected, err := normalize(opts)
+	e, names, err := newEnv(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	started := time.Now()
-	e, err := newEnv(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	defer e.close()
+	defer e.Close()
 
-	rep := &Report{
-		StartedAt: started.UTC(), Runs: o.Runs, Scale: o.Scale,
-		Server: e.serverDesc, PostgresVersion: e.pgVersion,
-		GoVersion: runtime.Version(), RiverVersion: benchkit.ModuleVersion("github.com/riverqueue/river"),
-		NumCPU: runtime.NumCPU(), JSONPath: o.JSONPath,
-	}
-	var failed []string
-	for _, s := range selected {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		e.log.Info("bench: scenario starting", "scenario", s.name, "runs", o.Runs, "scale", o.Scale)
-		t0 := time.Now()
-		rows, err := s.run(ctx, e)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			e.log.Error("bench: scenario failed", "scenario", s.name, "error", err)
-			failed = append(failed, s.name)
-			rows = append(rows, Result{Scenario: s.name, Metric: "-", Error: err.Error()})
-		}
+	rows, failed, err := benchkit.RunScenarios(ctx, e.Env, names, func(ctx context.Context, name string) ([]Result, error) {
+		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
+		rows, err := scenarios[i].run(ctx, e)
 		for i := range rows {
 			rows[i].evaluate()
 		}
-		e.log.Info("bench: scenario done", "scenario", s.name, "took", time.Since(t0).Round(time.Millisecond))
-		rep.Results = append(rep.Results, rows...)
+		return rows, err
+	}, func(name string, err error) Result { return Result{Scenario: name, Metric: "-", Error: err.Error()} })
+	if err != nil {
+		return nil, err
 	}
-	rep.DurationSeconds = math.Round(time.Since(started).Seconds()*10) / 10
-
-	writeTable(stdout, rep)
-	if err := benchkit.WriteJSON(o.JSONPath, rep); err != nil {
-		return rep, fmt.Errorf("bench: %w", err)
-	}
-	fmt.Fprintf(stdout, "\nJSON report: %s\n", o.JSONPath)
-	if len(failed) > 0 {
-		return rep, fmt.Errorf("bench: scenario(s) failed: %s", strings.Join(failed, ", "))
-	}
-	return rep, nil
-}
-
-func normalize(opts Opts) (Opts, []scenario, error) {
-	o := opts
-	if o.Runs == 0 {
-		o.Runs = RunsDefault
-	}
-	if o.Scale == 0 {
-		o.Scale = ScaleDefault
-	}
-	if o.JSONPath == "" {
-		o.JSONPath = JSONPathDefault
-	}
-	switch {
-	case o.Runs < 1:
-		return o, nil, fmt.Errorf("Runs must be at least 1, got %d", o.Runs)
-	case o.Scale < 0 || math.IsNaN(o.Scale) || math.IsInf(o.Scale, 0):
-		return o, nil, fmt.Errorf("Scale must be positive, got %v", o.Scale)
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if len(o.Scenarios) == 0 {
-		return o, slices.Clone(scenarios), nil
-	}
-	var selected []scenario
-	for _, s := range scenarios {
-		if slices.Contains(o.Scenarios, s.name) {
-			selected = append(selected, s)
-		}
-	}
-	for _, name := range o.Scenarios {
-		if !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.name == name }) {
-			return o, nil, fmt.Errorf("Scenarios: unknown scenario %q; scenarios are %s", name, strings.Join(ScenarioNames(), ", "))
-		}
-	}
-	return o, selected, nil
+	rep := &Report{Header: e.Header(), Results: rows}
+	return rep, e.Finish(&rep.Header, rep, stdout, func(w io.Writer) { writeTable(w, rep) }, failed)
 }
 
 // evaluate fills Met from Target and the medians.

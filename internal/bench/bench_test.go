@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,30 +21,27 @@ func TestMain(m *testing.M) {
 	// The backlog and scale-out scenarios run their child processes by
 	// re-executing this program, here the test binary, with the child's
 	// subcommand first: run it as riverbus-bench would.
-	if len(os.Args) > 1 && (os.Args[1] == fanoutproc.Name || os.Args[1] == workerproc.Name) {
-		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
-	}
+	benchkit.RunAsChild(Main, fanoutproc.Name, workerproc.Name)
 	pgtest.Main(m)
 }
 
 // TestRunSmoke runs the riverbus-bench command with every scenario once at a
-// tiny scale: it keeps the harness working, and asserts nothing about speed.
+// tiny scale: it keeps the harness working, checks every row, and asserts
+// nothing about speed.
 func TestRunSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs every scenario and its child processes: about 90s")
+		t.Skip("runs every scenario and its child processes")
 	}
 	// A guard against a hung scenario, not a speed check: a loaded 2-core
 	// machine needs a few minutes for every scenario with its processes.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "out", "results.json")
-	var out, errOut bytes.Buffer
-	code := mainContext(ctx, []string{"--database-url", pgtest.NewDatabase(t), "--runs", "1", "--scale", "0.001", "--json", path}, &out, &errOut)
-	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
-	t.Log("\n" + out.String())
-
-	b, err := os.ReadFile(path)
+	b, out, took, err := benchkit.SmokeRun(ctx, command, path, "--database-url", pgtest.NewDatabase(t), "--runs", "1", "--scale", "0.001")
 	require.NoError(t, err)
+	t.Log("\n" + out)
+	t.Log("\n" + took)
+
 	var rep Report
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.Equal(t, 1, rep.Runs)
@@ -98,8 +94,8 @@ func TestRunSmoke(t *testing.T) {
 		"workers, 1 process", "workers, 4 processes", "workers, 8 processes",
 	}, scaleOut)
 
-	require.Contains(t, out.String(), "JSON report: "+path)
-	require.Contains(t, out.String(), "SCENARIO")
+	require.Contains(t, out, "JSON report: "+path)
+	require.Contains(t, out, "SCENARIO")
 }
 
 func TestCommandUsage(t *testing.T) {
@@ -127,9 +123,13 @@ func TestCommandUsage(t *testing.T) {
 	require.Contains(t, errOut, `"--runs"`)
 
 	code, _, errOut = run("--scenario", "nope")
-	require.Equal(t, 1, code)
-	require.Contains(t, errOut, `riverbus-bench: Scenarios: unknown scenario "nope"`)
-	require.NotContains(t, errOut, "Usage:")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `riverbus-bench: scenarios (--scenario): unknown scenario "nope"; scenarios are fanout-1pool,`)
+	require.Contains(t, errOut, "Usage:")
+
+	code, _, errOut = run("--scale", "-1")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "scale (--scale) must be a positive number, got -1")
 }
 
 func TestOptsValidation(t *testing.T) {
@@ -137,9 +137,9 @@ func TestOptsValidation(t *testing.T) {
 	_, err := Run(ctx, Opts{Scenarios: []string{"nope"}}, &bytes.Buffer{})
 	require.ErrorContains(t, err, `unknown scenario "nope"`)
 	_, err = Run(ctx, Opts{Runs: -1}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "Runs must be at least 1")
+	require.ErrorContains(t, err, "runs (--runs) must be at least 1")
 	_, err = Run(ctx, Opts{Scale: -2}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "Scale must be positive")
+	require.ErrorContains(t, err, "scale (--scale) must be a positive number")
 }
 
 func TestSummaries(t *testing.T) {

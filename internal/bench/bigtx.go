@@ -45,17 +45,17 @@ var bigTxKinds = []bigTxKind{
 // the transaction for every batch took minutes.
 func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 	const name = "big-transaction"
-	n := e.scaled(bigTxEvents, 500)
+	n := e.Scaled(bigTxEvents, 500)
 	alone := map[string][]float64{}
 	together := map[string][]float64{}
-	for run := range e.opts.Runs {
+	for run := range e.Opts.Runs {
 		for _, k := range bigTxKinds {
 			secs, err := bigTxRun(ctx, e, n, []bigTxKind{k})
 			if err != nil {
 				return nil, fmt.Errorf("run %d, %s alone: %w", run+1, k.name, err)
 			}
 			alone[k.name] = append(alone[k.name], secs[k.name])
-			e.log.Info("bench: measured", "scenario", name, "run", run+1, "pool", k.name, "seconds", secs[k.name])
+			e.Log.Info("bench: measured", "scenario", name, "run", run+1, "pool", k.name, "seconds", secs[k.name])
 		}
 		secs, err := bigTxRun(ctx, e, n, bigTxKinds)
 		if err != nil {
@@ -64,7 +64,7 @@ func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 		for _, k := range bigTxKinds {
 			together[k.name] = append(together[k.name], secs[k.name])
 		}
-		e.log.Info("bench: measured", "scenario", name, "run", run+1, "pools", "all", "seconds", fmt.Sprint(secs))
+		e.Log.Info("bench: measured", "scenario", name, "run", run+1, "pools", "all", "seconds", fmt.Sprint(secs))
 	}
 	note := fmt.Sprintf("one transaction of %d events (%d keys taking turns; grouped jobs of at most 10,000 events), the fan-out services with the default fanout.Config but GapTimeout %s; time from COMMIT until the pool's cursor passes the transaction, its jobs inserted",
 		n, bigTxKeys, phaseTimeout)
@@ -82,16 +82,11 @@ func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 // the fan-out, appends one transaction of n events and returns, per pool,
 // the seconds from its commit until the pool delivered it.
 func bigTxRun(ctx context.Context, e *env, n int, kinds []bigTxKind) (map[string]float64, error) {
-	d, err := e.newDatabase(ctx, schemaRiverbus)
+	d, db, release, err := e.open(ctx, schemaRiverbus, poolConns)
 	if err != nil {
 		return nil, err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, poolConns)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
+	defer release()
 	for _, k := range kinds {
 		params := bustype.PoolParams{Name: k.name, From: bustype.FromBeginning}
 		k.params(&params)
@@ -99,22 +94,16 @@ func bigTxRun(ctx context.Context, e *env, n int, kinds []bigTxKind) (map[string
 			return nil, err
 		}
 	}
-	if err := d.settle(ctx, db); err != nil {
+	if err := d.Settle(ctx, db); err != nil {
 		return nil, err
 	}
 	// The transaction's COPY takes seconds: the gap it holds open must not
 	// time out and turn its events into late ones.
-	f, err := fanout.New(db, &fanout.Config{GapTimeout: phaseTimeout, Logger: e.quiet})
+	f, err := fanout.New(db, &fanout.Config{GapTimeout: phaseTimeout, Logger: e.Quiet})
 	if err != nil {
 		return nil, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.Run(runCtx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	defer serveFanout(ctx, f)()
 
 	last, err := appendOneTransaction(ctx, db, n, bigTxKeys)
 	if err != nil {

@@ -25,7 +25,7 @@ func (smallArgs) Kind() string { return benchKind }
 // size is part of what a drain costs; riverbus's migration 013 keeps its
 // own jobs out of that index.
 func runDrainArgs(ctx context.Context, e *env) ([]Result, error) {
-	n := e.scaled(drainJobs, 50)
+	n := e.Scaled(drainJobs, 50)
 	side := func(small bool) func(ctx context.Context) (drained, error) {
 		return func(ctx context.Context) (drained, error) { return rawDrain(ctx, e, n, small) }
 	}
@@ -45,14 +45,14 @@ func rawDrain(ctx context.Context, e *env, n int, small bool) (drained, error) {
 	if err != nil {
 		return drained{}, err
 	}
-	defer d.drop()
+	defer d.Drop()
 	tracked := d.trackStatements(ctx)
-	db, err := d.connect(ctx, workerConns)
+	db, err := d.Connect(ctx, workerConns)
 	if err != nil {
 		return drained{}, err
 	}
 	defer db.Close()
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.Quiet})
 	if err != nil {
 		return drained{}, err
 	}
@@ -68,7 +68,7 @@ func rawDrain(ctx context.Context, e *env, n int, small bool) (drained, error) {
 	if err := insertRaw(ctx, client, db, batches, 1); err != nil {
 		return drained{}, err
 	}
-	if err := d.settle(ctx, db); err != nil {
+	if err := d.Settle(ctx, db); err != nil {
 		return drained{}, err
 	}
 	var stats *statements

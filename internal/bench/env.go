@@ -3,18 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"math"
-	"os"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/riverbus/riverbus/internal/benchkit"
-	"github.com/riverbus/riverbus/internal/pgserver"
 	"github.com/riverbus/riverbus/migrations"
 )
 
@@ -28,21 +22,11 @@ const (
 	schemaRiver
 )
 
-// env is what every scenario shares: the server, the two template
-// databases, loggers and the options.
+// env is what every scenario shares (benchkit.Env) and the two template
+// databases.
 type env struct {
-	opts  Opts
-	log   *slog.Logger // progress
-	quiet *slog.Logger // River and the fan-out: warnings and errors only
-
-	server     *pgserver.Server // nil with Opts.DatabaseURL
-	adminURL   string
-	admin      *pgx.Conn
-	prefix     string
-	counter    int
-	templates  map[schema]string
-	serverDesc string
-	pgVersion  string
+	*benchkit.Env
+	templates map[schema]string
 
 	// statements: the server tracks statements (pg_stat_statements is
 	// loaded, and created in every template), so the latency and drain
@@ -50,144 +34,71 @@ type env struct {
 	statements bool
 }
 
-func newEnv(ctx context.Context, o Opts) (_ *env, err error) {
-	e := &env{
-		opts:      o,
-		log:       o.Logger,
-		quiet:     slog.New(benchkit.MinLevel(o.Logger.Handler(), slog.LevelWarn)),
-		prefix:    fmt.Sprintf("rbbench_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000),
-		templates: map[schema]string{},
+// newEnv starts the bench with opts (benchkit.NewEnv) and creates the
+// templates; it returns the names of the scenarios to run.
+func newEnv(ctx context.Context, opts Opts) (_ *env, names []string, err error) {
+	kit, names, err := benchkit.NewEnv(ctx, "bench", opts, defaults, ScenarioNames())
+	if err != nil {
+		return nil, nil, err
 	}
+	e := &env{Env: kit, templates: map[schema]string{}, statements: true}
 	defer func() {
 		if err != nil {
-			e.close()
+			e.Close()
 		}
 	}()
-	e.adminURL = o.DatabaseURL
-	if e.adminURL == "" {
-		srv, err := benchkit.StartServer(ctx, e.log, "bench")
-		if err != nil {
-			return nil, err
-		}
-		e.server = srv
-		e.adminURL = srv.URL("postgres")
+	migrate := map[schema]func(ctx context.Context, db *pgxpool.Pool) error{
+		schemaRiverbus: func(ctx context.Context, db *pgxpool.Pool) error {
+			_, err := migrations.Up(ctx, db)
+			return err
+		},
+		schemaRiver: func(ctx context.Context, db *pgxpool.Pool) error {
+			migrator, err := rivermigrate.New(riverpgxv5.New(db), &rivermigrate.Config{Logger: e.Quiet})
+			if err != nil {
+				return fmt.Errorf("river migrator: %w", err)
+			}
+			_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+			return err
+		},
 	}
-	if e.admin, err = pgx.Connect(ctx, e.adminURL); err != nil {
-		return nil, fmt.Errorf("bench: connect: %w", err)
-	}
-	if e.serverDesc, e.pgVersion, err = benchkit.DescribeServer(ctx, e.admin, e.server != nil); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-
-	e.statements = true // unless a template cannot have them
 	for _, s := range []schema{schemaRiverbus, schemaRiver} {
-		if err := e.createTemplate(ctx, s); err != nil {
-			return nil, err
+		name, statements, err := e.CreateTemplate(ctx, migrate[s])
+		if err != nil {
+			return nil, nil, err
 		}
+		e.templates[s] = name
+		e.statements = e.statements && statements
 	}
-	return e, nil
-}
-
-func (e *env) createTemplate(ctx context.Context, s schema) error {
-	name := fmt.Sprintf("%s_tpl%d", e.prefix, s)
-	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+benchkit.Ident(name)); err != nil {
-		return fmt.Errorf("bench: create template database: %w", err)
-	}
-	e.templates[s] = name
-	pool, err := pgxpool.New(ctx, benchkit.WithDatabase(e.adminURL, name))
-	if err != nil {
-		return fmt.Errorf("bench: connect to template: %w", err)
-	}
-	defer pool.Close()
-	if !benchkit.CreateStatementsExtension(ctx, pool) {
-		e.statements = false
-	}
-	if s == schemaRiverbus {
-		if _, err := migrations.Up(ctx, pool); err != nil {
-			return fmt.Errorf("bench: migrate template: %w", err)
-		}
-		return nil
-	}
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: e.quiet})
-	if err != nil {
-		return fmt.Errorf("bench: river migrator: %w", err)
-	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("bench: migrate River template: %w", err)
-	}
-	return nil
-}
-
-func (e *env) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if e.admin != nil {
-		for _, name := range e.templates {
-			_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+benchkit.Ident(name)+" WITH (FORCE)")
-		}
-		_ = e.admin.Close(ctx)
-	}
-	if e.server != nil {
-		_ = e.server.Stop()
-	}
+	return e, names, nil
 }
 
 // database is a fresh database for one measurement.
 type database struct {
-	e    *env
-	name string
-	url  string
+	*benchkit.Database
+	e *env
 }
 
 // newDatabase creates a fresh database from the template of schema s.
 func (e *env) newDatabase(ctx context.Context, s schema) (*database, error) {
-	e.counter++
-	name := fmt.Sprintf("%s_%d", e.prefix, e.counter)
-	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+benchkit.Ident(name)+" TEMPLATE "+benchkit.Ident(e.templates[s])); err != nil {
-		return nil, fmt.Errorf("create database from template: %w", err)
-	}
-	return &database{e: e, name: name, url: benchkit.WithDatabase(e.adminURL, name)}, nil
-}
-
-// drop drops the database, closing connections still open to it.
-func (d *database) drop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := d.e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+benchkit.Ident(d.name)+" WITH (FORCE)"); err != nil {
-		d.e.log.Warn("bench: drop database", "database", d.name, "error", err)
-	}
-}
-
-// connect opens a pool of at most maxConns connections to the database.
-func (d *database) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(d.url)
+	d, err := e.NewDatabase(ctx, e.templates[s])
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = maxConns
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	return pool, nil
+	return &database{Database: d, e: e}, nil
 }
 
-// settle analyzes the database and checkpoints the server, so that neither
-// autovacuum's first analyze nor a checkpoint lands in a timed phase more
-// often on one side than the other.
-func (d *database) settle(ctx context.Context, db *pgxpool.Pool) error {
-	if _, err := db.Exec(ctx, "ANALYZE"); err != nil {
-		return fmt.Errorf("analyze: %w", err)
+// open creates a fresh database from the template of schema s and opens a
+// pool of at most conns connections to it; release closes the pool and
+// drops the database.
+func (e *env) open(ctx context.Context, s schema, conns int32) (d *database, db *pgxpool.Pool, release func(), err error) {
+	if d, err = e.newDatabase(ctx, s); err != nil {
+		return nil, nil, nil, err
 	}
-	if _, err := d.e.admin.Exec(ctx, "CHECKPOINT"); err != nil {
-		d.e.log.Debug("bench: CHECKPOINT not allowed; timings may include one", "error", err)
+	if db, err = d.Connect(ctx, conns); err != nil {
+		d.Drop()
+		return nil, nil, nil, err
 	}
-	return nil
-}
-
-// scaled returns n×Scale, at least lo.
-func (e *env) scaled(n int, lo int) int {
-	return max(lo, int(math.Round(float64(n)*e.opts.Scale)))
+	return d, db, func() { db.Close(); d.Drop() }, nil
 }
 
 // riverbusFirst reports whether riverbus goes first in run i: A/B, B/A, …

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/riverbus/riverbus/bustype"
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pools"
 	"github.com/riverbus/riverbus/outbox"
 	"github.com/riverbus/riverbus/workers"
@@ -196,28 +196,16 @@ func rawBatches(events []outbox.Event, pools []string) [][]river.InsertManyParam
 // batch, from conc goroutines.
 func insertRaw(ctx context.Context, client *river.Client[pgx.Tx], db *pgxpool.Pool, batches [][]river.InsertManyParams, conc int) error {
 	work := make(chan []river.InsertManyParams)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	for range conc {
-		wg.Go(func() {
-			for batch := range work {
-				err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-					_, err := client.InsertManyFastTx(ctx, tx, batch)
-					return err
-				})
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("raw insert: %w", err)
-					}
-					mu.Unlock()
-				}
-			}
+	wait := benchkit.Work(conc, work, func(batch []river.InsertManyParams) error {
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			_, err := client.InsertManyFastTx(ctx, tx, batch)
+			return err
 		})
-	}
+		if err != nil {
+			return fmt.Errorf("raw insert: %w", err)
+		}
+		return nil
+	})
 	for _, b := range batches {
 		select {
 		case work <- b:
@@ -225,11 +213,25 @@ func insertRaw(ctx context.Context, client *river.Client[pgx.Tx], db *pgxpool.Po
 		}
 	}
 	close(work)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
+	if err := wait(); err != nil {
+		return err
 	}
-	return firstErr
+	return ctx.Err()
+}
+
+// serveFanout runs f's services until the returned stop is called, which
+// waits for them to end.
+func serveFanout(ctx context.Context, f *fanout.Fanout) (stop func()) {
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = f.Run(runCtx)
+	}()
+	return func() {
+		cancel()
+		<-stopped
+	}
 }
 
 // argsSize returns the mean size in bytes of the jobs' args as compact JSON

@@ -22,16 +22,16 @@ const gapIterations = 50
 // default Config (GapTimeout 5 s): anything near 5 s means the rollback was
 // not proven and the gap timed out.
 func runRollbackGap(ctx context.Context, e *env) ([]Result, error) {
-	k := e.scaled(gapIterations, 5)
+	k := e.Scaled(gapIterations, 5)
 	var p50s, p99s, maxs []float64
-	for run := range e.opts.Runs {
+	for run := range e.Opts.Runs {
 		lat, err := rollbackGapRun(ctx, e, k)
 		if err != nil {
 			return nil, fmt.Errorf("run %d: %w", run+1, err)
 		}
 		slices.Sort(lat)
 		p50s, p99s, maxs = append(p50s, benchkit.Percentile(lat, 50)), append(p99s, benchkit.Percentile(lat, 99)), append(maxs, lat[len(lat)-1])
-		e.log.Info("bench: measured", "scenario", "rollback-gap", "run", run+1, "p50_ms", p50s[run], "p99_ms", p99s[run])
+		e.Log.Info("bench: measured", "scenario", "rollback-gap", "run", run+1, "p50_ms", p50s[run], "p99_ms", p99s[run])
 	}
 	note := fmt.Sprintf("%d rollbacks per run, each after the horizon recorded the gap; the fan-out services with the default fanout.Config (GapTimeout %s, GapCheckInterval %s); timed from Rollback to the riverbus_horizon notification passing B",
 		k, fanout.GapTimeoutDefault, fanout.GapCheckIntervalDefault)
@@ -46,22 +46,17 @@ func runRollbackGap(ctx context.Context, e *env) ([]Result, error) {
 }
 
 func rollbackGapRun(ctx context.Context, e *env, k int) ([]float64, error) {
-	d, err := e.newDatabase(ctx, schemaRiverbus)
+	d, db, release, err := e.open(ctx, schemaRiverbus, poolConns)
 	if err != nil {
 		return nil, err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, poolConns)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	fanDB, err := d.connect(ctx, poolConns)
+	defer release()
+	fanDB, err := d.Connect(ctx, poolConns)
 	if err != nil {
 		return nil, err
 	}
 	defer fanDB.Close()
-	listener, err := pgx.Connect(ctx, d.url)
+	listener, err := pgx.Connect(ctx, d.URL)
 	if err != nil {
 		return nil, err
 	}
@@ -70,20 +65,11 @@ func rollbackGapRun(ctx context.Context, e *env, k int) ([]float64, error) {
 		return nil, err
 	}
 
-	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.quiet})
+	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.Quiet})
 	if err != nil {
 		return nil, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		_ = f.Run(runCtx)
-	}()
-	defer func() {
-		stop()
-		<-stopped
-	}()
+	defer serveFanout(ctx, f)()
 
 	// Warm up: the fan-out is listening and the horizon moves.
 	warm, err := outbox.Append(ctx, db, newEvent(0))

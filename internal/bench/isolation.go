@@ -33,7 +33,7 @@ const (
 // no rebuild running. Both sides run riverbus.
 func runLiveDuringRebuild(ctx context.Context, e *env) ([]Result, error) {
 	const name = "live-during-rebuild"
-	backlog := e.scaled(rebuildEvents, 1000)
+	backlog := e.Scaled(rebuildEvents, 1000)
 	// The side with no rebuild sends as many events as a rebuild of the
 	// backlog at about 20k events/s lasts, or latencyDurationMin.
 	baseDur := max(time.Duration(float64(backlog)/20_000*float64(time.Second)), latencyDurationMin)
@@ -80,7 +80,7 @@ func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n
 	if err != nil {
 		return rebuildSample{}, err
 	}
-	defer d.drop()
+	defer d.Drop()
 	appendDB, fanDB, workDB, closeAll, err := connectThree(ctx, d)
 	if err != nil {
 		return rebuildSample{}, err
@@ -93,7 +93,7 @@ func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n
 	if _, _, err := pools.Create(ctx, appendDB, bustype.PoolParams{Name: benchKind, From: bustype.FromNow}); err != nil {
 		return rebuildSample{}, err
 	}
-	if err := d.settle(ctx, appendDB); err != nil {
+	if err := d.Settle(ctx, appendDB); err != nil {
 		return rebuildSample{}, err
 	}
 	p := newProbe()
@@ -102,20 +102,11 @@ func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n
 		return rebuildSample{}, err
 	}
 	defer stopClient(client)
-	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.quiet})
+	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.Quiet})
 	if err != nil {
 		return rebuildSample{}, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		_ = f.Run(runCtx)
-	}()
-	defer func() {
-		stop()
-		<-stopped
-	}()
+	defer serveFanout(ctx, f)()
 
 	send := func(ctx context.Context, i int, id uuid.UUID) error {
 		ev := newEvent(i)

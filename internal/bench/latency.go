@@ -95,7 +95,7 @@ type latencyOpts struct {
 // the fan-out running, commit → handler start; against River's Insert at the
 // same rate, commit → Work start.
 func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Result, error) {
-	dur := max(time.Duration(float64(latencyDuration)*e.opts.Scale), latencyDurationMin)
+	dur := max(time.Duration(float64(latencyDuration)*e.Opts.Scale), latencyDurationMin)
 	n := max(1, int(float64(o.rate)*dur.Seconds()))
 	rbs, raws, err := measurePair(ctx, e, name,
 		func(ctx context.Context) (latencySample, error) { return latencyRiverbus(ctx, e, o, n) },
@@ -165,7 +165,7 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 	if err != nil {
 		return latencySample{}, err
 	}
-	defer d.drop()
+	defer d.Drop()
 	tracked := !o.loaded && d.trackStatements(ctx)
 	appendDB, fanDB, workDB, closeAll, err := connectThree(ctx, d)
 	if err != nil {
@@ -188,7 +188,7 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 	if err := jobHistory(ctx, appendDB); err != nil {
 		return latencySample{}, err
 	}
-	if err := d.settle(ctx, appendDB); err != nil {
+	if err := d.Settle(ctx, appendDB); err != nil {
 		return latencySample{}, err
 	}
 	p := newProbe()
@@ -201,21 +201,12 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 		return latencySample{}, err
 	}
 	defer stopClient(client)
-	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.quiet, OnBatch: p.trace.batch})
+	f, err := fanout.New(fanDB, &fanout.Config{Logger: e.Quiet, OnBatch: p.trace.batch})
 	if err != nil {
 		return latencySample{}, err
 	}
 	f.SetTrace(p.trace.engineTrace())
-	runCtx, stop := context.WithCancel(ctx)
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		_ = f.Run(runCtx)
-	}()
-	defer func() {
-		stop()
-		<-stopped
-	}()
+	defer serveFanout(ctx, f)()
 	var stopLoad func() (float64, error)
 	if o.loaded {
 		stopLoad, err = background(ctx, d, func(db *pgxpool.Pool) (func(ctx context.Context, i int) error, error) {
@@ -243,7 +234,7 @@ func latencyRaw(ctx context.Context, e *env, o latencyOpts, n int) (latencySampl
 	if err != nil {
 		return latencySample{}, err
 	}
-	defer d.drop()
+	defer d.Drop()
 	tracked := !o.loaded && d.trackStatements(ctx)
 	insertDB, _, workDB, closeAll, err := connectThree(ctx, d)
 	if err != nil {
@@ -253,7 +244,7 @@ func latencyRaw(ctx context.Context, e *env, o latencyOpts, n int) (latencySampl
 	if err := jobHistory(ctx, insertDB); err != nil {
 		return latencySample{}, err
 	}
-	if err := d.settle(ctx, insertDB); err != nil {
+	if err := d.Settle(ctx, insertDB); err != nil {
 		return latencySample{}, err
 	}
 	p := newProbe()
@@ -265,7 +256,7 @@ func latencyRaw(ctx context.Context, e *env, o latencyOpts, n int) (latencySampl
 		return latencySample{}, err
 	}
 	defer stopClient(client)
-	cfg, err := workers.RiverConfig(workers.RiverOpts{Config: workers.Config{Logger: e.quiet}})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Config: workers.Config{Logger: e.Quiet}})
 	if err != nil {
 		return latencySample{}, err
 	}
@@ -316,7 +307,7 @@ func rawEvent(i int) outbox.Event {
 // returns for it at loadRate per second, open loop, until the returned stop
 // is called; stop returns the achieved rate and closes the pool.
 func background(ctx context.Context, d *database, newDo func(db *pgxpool.Pool) (func(ctx context.Context, i int) error, error)) (stop func() (float64, error), err error) {
-	db, err := d.connect(ctx, latencyAppenders)
+	db, err := d.Connect(ctx, latencyAppenders)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +371,7 @@ func connectThree(ctx context.Context, d *database) (a, b, c *pgxpool.Pool, clos
 		}
 	}
 	for _, size := range []int32{latencyAppenders, poolConns, workerConns} {
-		p, err := d.connect(ctx, size)
+		p, err := d.Connect(ctx, size)
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, nil, err
@@ -426,7 +417,7 @@ func (p *probe) startClient(ctx context.Context, e *env, db *pgxpool.Pool, load 
 		river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[loadArgs]) error { return nil }))
 		queues[loadKind] = latencyWorkers
 	}
-	cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: queues, Workers: w, Config: workers.Config{Logger: e.quiet}})
+	cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: queues, Workers: w, Config: workers.Config{Logger: e.Quiet}})
 	if err != nil {
 		return nil, err
 	}

@@ -37,9 +37,9 @@ const (
 // process cost the database with that many pools (transactions a second).
 func runManyPools(ctx context.Context, e *env) ([]Result, error) {
 	const name, rate = "many-pools", 200
-	dur := max(time.Duration(float64(latencyDuration)*e.opts.Scale), latencyDurationMin)
+	dur := max(time.Duration(float64(latencyDuration)*e.Opts.Scale), latencyDurationMin)
 	n := max(1, int(float64(rate)*dur.Seconds()))
-	others := e.scaled(manyPoolsOthers, manyPoolsOthersMin)
+	others := e.Scaled(manyPoolsOthers, manyPoolsOthersMin)
 	many, alone, err := measurePair(ctx, e, name,
 		func(ctx context.Context) (latencySample, error) {
 			return latencyRiverbus(ctx, e, latencyOpts{rate: rate, others: others}, n)
@@ -64,7 +64,7 @@ func runManyPools(ctx context.Context, e *env) ([]Result, error) {
 
 	all := others + 1
 	var fanIdle, workIdle, workSlow []float64
-	for range e.opts.Runs {
+	for range e.Opts.Runs {
 		v, err := idleFanout(ctx, e, all)
 		if err != nil {
 			return rows, fmt.Errorf("idle fan-out: %w", err)
@@ -115,7 +115,7 @@ func transactions(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 
 // idleWindow is idleWindow scaled, at least idleWindowMin.
 func (e *env) idleWindow() time.Duration {
-	return max(time.Duration(float64(idleWindow)*e.opts.Scale), idleWindowMin)
+	return max(time.Duration(float64(idleWindow)*e.Opts.Scale), idleWindowMin)
 }
 
 // idleRate counts the transactions of db's database over the idle window,
@@ -142,16 +142,11 @@ func idleRate(ctx context.Context, e *env, db *pgxpool.Pool) (float64, error) {
 // idleFanout: a riverbus.Client running the fan-out for n pools (the
 // bench pool and others), caught up, with nothing appended.
 func idleFanout(ctx context.Context, e *env, n int) (float64, error) {
-	d, err := e.newDatabase(ctx, schemaRiverbus)
+	_, db, release, err := e.open(ctx, schemaRiverbus, poolConns)
 	if err != nil {
 		return 0, err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, poolConns)
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
+	defer release()
 	if _, err := otherPools(ctx, db, n-1); err != nil {
 		return 0, err
 	}
@@ -162,7 +157,7 @@ func idleFanout(ctx context.Context, e *env, n int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	client, err := riverbus.NewClient(db, &riverbus.Config{Logger: e.quiet})
+	client, err := riverbus.NewClient(db, &riverbus.Config{Logger: e.Quiet})
 	if err != nil {
 		return 0, err
 	}
@@ -195,16 +190,11 @@ func idleFanout(ctx context.Context, e *env, n int) (float64, error) {
 // FetchPollInterval; 0: the default) serving a queue per pool, n queues,
 // with no job.
 func idleWorker(ctx context.Context, e *env, n int, fetchPoll time.Duration) (float64, error) {
-	d, err := e.newDatabase(ctx, schemaRiverbus)
+	_, db, release, err := e.open(ctx, schemaRiverbus, workerConns)
 	if err != nil {
 		return 0, err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, workerConns)
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
+	defer release()
 	queues := map[string]int{}
 	for i := range n {
 		queues[fmt.Sprintf("queue_%03d", i)] = 10
@@ -212,11 +202,11 @@ func idleWorker(ctx context.Context, e *env, n int, fetchPoll time.Duration) (fl
 	w := river.NewWorkers()
 	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
 	cfg, err := workers.RiverConfig(workers.RiverOpts{Queues: queues, Workers: w, DB: db,
-		Config: workers.Config{Logger: e.quiet, FetchPollInterval: fetchPoll}})
+		Config: workers.Config{Logger: e.Quiet, FetchPollInterval: fetchPoll}})
 	if err != nil {
 		return 0, err
 	}
-	client, err := river.NewClient(workers.NewDriver(db, e.quiet), cfg)
+	client, err := river.NewClient(workers.NewDriver(db, e.Quiet), cfg)
 	if err != nil {
 		return 0, err
 	}

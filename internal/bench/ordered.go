@@ -25,7 +25,7 @@ func runOrdered(ctx context.Context, e *env) ([]Result, error) {
 	const name = "ordered-vs-unordered"
 	ordered := func(p *bustype.PoolParams) { p.Ordering = bustype.OrderingKey }
 	unordered := func(p *bustype.PoolParams) { p.Ordering = bustype.OrderingNone }
-	n, keys := e.scaled(orderedEvents, 50), e.scaled(orderedKeys, 10)
+	n, keys := e.Scaled(orderedEvents, 50), e.Scaled(orderedKeys, 10)
 	type sample struct{ Fan, Drain float64 }
 	side := func(opt func(*bustype.PoolParams)) func(ctx context.Context) (sample, error) {
 		return func(ctx context.Context) (sample, error) {

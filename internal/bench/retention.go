@@ -35,7 +35,7 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 	const name = "retention"
 	sizes := make([]int, len(retentionSizes))
 	for i, n := range retentionSizes {
-		sizes[i] = e.scaled(n, 2000*(i+1))
+		sizes[i] = e.Scaled(n, 2000*(i+1))
 	}
 	secs := make([][]float64, len(sizes))
 	batch := make([][]float64, len(sizes))
@@ -45,7 +45,7 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 	// same work on tables of different sizes.
 	early := make([][]float64, len(sizes))
 	var plain, single, singleBatch []float64
-	for run := range min(e.opts.Runs, 2) {
+	for run := range min(e.Opts.Runs, 2) {
 		for i, n := range sizes {
 			r, err := retentionTrimRun(ctx, e, n, false)
 			if err != nil {
@@ -54,7 +54,7 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 			med := benchkit.Summarize(r.batchMs).Median
 			tenth := max(1, len(r.batchMs)/10)
 			head, tail := benchkit.Summarize(r.batchMs[:tenth]).Median, benchkit.Summarize(r.batchMs[len(r.batchMs)-tenth:]).Median
-			e.log.Info("bench: measured", "scenario", name, "run", run+1, "events", n, "seconds", r.seconds,
+			e.Log.Info("bench: measured", "scenario", name, "run", run+1, "events", n, "seconds", r.seconds,
 				"batches", len(r.batchMs), "batch_ms_median", med, "first_tenth_ms", head, "last_tenth_ms", tail, "heap_peak_mb", r.heapPeakMB)
 			k := max(1, sizes[0]/retention.BatchSizeDefault)
 			early[i] = append(early[i], benchkit.Summarize(r.batchMs[:min(k, len(r.batchMs))]).Median)
@@ -67,7 +67,7 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("run %d, one event per transaction: %w", run+1, err)
 		}
-		e.log.Info("bench: measured", "scenario", name, "run", run+1, "events", sizes[len(sizes)-1], "one_per_tx", true,
+		e.Log.Info("bench: measured", "scenario", name, "run", run+1, "events", sizes[len(sizes)-1], "one_per_tx", true,
 			"seconds", r.seconds, "batch_ms_median", benchkit.Summarize(r.batchMs).Median, "heap_peak_mb", r.heapPeakMB)
 		single = append(single, r.seconds)
 		singleBatch = append(singleBatch, benchkit.Summarize(r.batchMs).Median)
@@ -75,7 +75,7 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("run %d, plain DELETE: %w", run+1, err)
 		}
-		e.log.Info("bench: measured", "scenario", name, "run", run+1, "plain_delete_seconds", s)
+		e.Log.Info("bench: measured", "scenario", name, "run", run+1, "plain_delete_seconds", s)
 		plain = append(plain, s)
 	}
 	last := len(sizes) - 1
@@ -109,18 +109,12 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 // own as most applications append (the transaction ids are rewritten after
 // the copy, with riverbus's triggers off for that statement only).
 func retentionLog(ctx context.Context, e *env, n int, onePerTx bool) (*database, *pgxpool.Pool, error) {
-	d, err := e.newDatabase(ctx, schemaRiverbus)
+	d, db, release, err := e.open(ctx, schemaRiverbus, poolConns)
 	if err != nil {
-		return nil, nil, err
-	}
-	db, err := d.connect(ctx, poolConns)
-	if err != nil {
-		d.drop()
 		return nil, nil, err
 	}
 	fail := func(err error) (*database, *pgxpool.Pool, error) {
-		db.Close()
-		d.drop()
+		release()
 		return nil, nil, err
 	}
 	last, err := copyEvents(ctx, db, n, 0)
@@ -147,7 +141,7 @@ func retentionLog(ctx context.Context, e *env, n int, onePerTx bool) (*database,
 	if _, err := createPools(ctx, db, 1, func(p *bustype.PoolParams) { p.From = bustype.FromNow }); err != nil {
 		return fail(err)
 	}
-	if err := d.settle(ctx, db); err != nil {
+	if err := d.Settle(ctx, db); err != nil {
 		return fail(err)
 	}
 	return d, db, nil
@@ -158,7 +152,7 @@ func retentionTrimRun(ctx context.Context, e *env, n int, onePerTx bool) (retent
 	if err != nil {
 		return retentionRun{}, err
 	}
-	defer d.drop()
+	defer d.Drop()
 	defer db.Close()
 	if _, err := retention.SetPolicy(ctx, db, true, 0); err != nil {
 		return retentionRun{}, err
@@ -196,7 +190,7 @@ func retentionPlainDelete(ctx context.Context, e *env, n int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer d.drop()
+	defer d.Drop()
 	defer db.Close()
 	start := time.Now()
 	tag, err := db.Exec(ctx, `DELETE FROM riverbus_event WHERE global_sequence <= (SELECT horizon FROM riverbus_horizon)`)

@@ -65,12 +65,12 @@ type scaleOutSample struct {
 // draining one pool's jobs, all against one database; jobs/s for each
 // count, beside the 1-process figure of the same run.
 func runScaleOut(ctx context.Context, e *env) ([]Result, error) {
-	bin, err := executable()
+	bin, err := benchkit.Executable()
 	if err != nil {
 		return []Result{{Scenario: "scale-out", Metric: "-", Skipped: "cannot run the child processes: " + benchkit.OneLine(err.Error())}}, nil
 	}
-	events := e.scaled(scaleOutEvents, 100)
-	jobs := e.scaled(scaleOutJobs, 50)
+	events := e.Scaled(scaleOutEvents, 100)
+	jobs := e.Scaled(scaleOutJobs, 50)
 
 	fan := make(map[int][]scaleOutSample)
 	work := make(map[int][]scaleOutSample)
@@ -83,7 +83,7 @@ func runScaleOut(ctx context.Context, e *env) ([]Result, error) {
 		{"fan-out", scaleOutFanoutProcs, func(p int) (scaleOutSample, error) { return scaleOutFanout(ctx, e, bin, p, events) }, fan},
 		{"worker", scaleOutWorkerProcs, func(p int) (scaleOutSample, error) { return scaleOutWork(ctx, e, bin, p, jobs) }, work},
 	}
-	for run := range e.opts.Runs {
+	for run := range e.Opts.Runs {
 		for _, ph := range phases {
 			// Alternate the order of the counts from run to run, as the
 			// paired scenarios alternate their sides.
@@ -96,7 +96,7 @@ func runScaleOut(ctx context.Context, e *env) ([]Result, error) {
 				if err != nil {
 					return nil, fmt.Errorf("run %d, %d %s process(es): %w", run+1, p, ph.what, err)
 				}
-				e.log.Info("bench: measured", "scenario", "scale-out", "run", run+1, "what", ph.what, "processes", p,
+				e.Log.Info("bench: measured", "scenario", "scale-out", "run", run+1, "what", ph.what, "processes", p,
 					"jobs_per_s", s.rate, "busiest_share", s.busiest, "cpu_busy", s.cpuBusy)
 				ph.out[p] = append(ph.out[p], s)
 			}
@@ -176,8 +176,8 @@ func scaleOutFanout(ctx context.Context, e *env, bin string, procs, events int) 
 	defer b.close()
 	// Each process exits once every pool has caught up, whoever moved it.
 	total := events * scaleOutPools
-	s, err := measureChildren(ctx, procs, bin, b.d.url, total, nil,
-		fanoutproc.Name, "--target", strconv.FormatInt(b.last, 10), "--timeout", phaseTimeout.String(), "--ready")
+	s, err := measureChildren(ctx, procs, bin, b.d.URL, total, nil,
+		fanoutproc.Name, "--target", strconv.FormatInt(b.last, 10), "--timeout", phaseTimeout.String())
 	if err != nil {
 		return scaleOutSample{}, err
 	}
@@ -195,11 +195,11 @@ func scaleOutWork(ctx context.Context, e *env, bin string, procs, jobs int) (sca
 	if _, err := b.catchUp(ctx); err != nil {
 		return scaleOutSample{}, err
 	}
-	if err := b.d.settle(ctx, b.db); err != nil {
+	if err := b.d.Settle(ctx, b.db); err != nil {
 		return scaleOutSample{}, err
 	}
 
-	s, err := measureChildren(ctx, procs, bin, b.d.url, jobs, func() error { return waitCompleted(ctx, b.db) },
+	s, err := measureChildren(ctx, procs, bin, b.d.URL, jobs, func() error { return waitCompleted(ctx, b.db) },
 		workerproc.Name, "--pool", benchKind, "--max-workers", strconv.Itoa(drainWorkers), "--conns", strconv.Itoa(scaleOutWorkerConns), "--timeout", phaseTimeout.String())
 	if err != nil {
 		return scaleOutSample{}, err
@@ -230,33 +230,38 @@ func waitCompleted(ctx context.Context, db *pgxpool.Pool) error {
 	}
 }
 
-// measureChildren starts procs children running bin with args (the
-// subcommand first) against the
-// database at url, waits until all are ready, starts them together, calls
-// wait (when set) until their work is done, and collects their results.
-func measureChildren(ctx context.Context, procs int, bin, url string, total int, wait func() error, args ...string) (scaleOutSample, error) {
-	cs, err := startChildren(ctx, procs, bin, url, args...)
+// runChildren starts procs children running bin with args (the
+// subcommand first) against the database at url, waits until all are
+// ready, calls starting (when set), starts them together, calls wait (when
+// set) until their work is done, and returns the last line each printed:
+// its result.
+func runChildren(ctx context.Context, procs int, bin, url string, starting func(), wait func() error, args ...string) ([]string, error) {
+	cs, err := benchkit.StartChildren(ctx, procs, bin, url, args, nil)
 	if err != nil {
-		return scaleOutSample{}, err
+		return nil, err
 	}
-	defer killChildren(cs)
-	cpu := startCPUBusy()
-	if err := goChildren(cs); err != nil {
-		return scaleOutSample{}, err
+	defer benchkit.KillChildren(cs)
+	if starting != nil {
+		starting()
+	}
+	if err := benchkit.GoChildren(cs); err != nil {
+		return nil, err
 	}
 	if wait != nil {
 		if err := wait(); err != nil {
-			return scaleOutSample{}, err
+			return nil, err
 		}
 	}
-	return collect(cs, total, cpu)
+	return benchkit.FinishChildren(cs)
 }
 
-// collect finishes the children (finishChildren), checks that the jobs
+// measureChildren runs procs children (runChildren), checks that the jobs
 // they report add up to total, and returns total over the latest
-// DoneSeconds, the busiest process's share, and cpu's figure.
-func collect(cs []*child, total int, cpu func() float64) (scaleOutSample, error) {
-	lines, err := finishChildren(cs)
+// DoneSeconds, the busiest process's share, and how busy the CPUs were
+// meanwhile.
+func measureChildren(ctx context.Context, procs int, bin, url string, total int, wait func() error, args ...string) (scaleOutSample, error) {
+	var cpu func() float64
+	lines, err := runChildren(ctx, procs, bin, url, func() { cpu = startCPUBusy() }, wait, args...)
 	if err != nil {
 		return scaleOutSample{}, err
 	}
@@ -267,7 +272,7 @@ func collect(cs []*child, total int, cpu func() float64) (scaleOutSample, error)
 	for i, line := range lines {
 		var r childResult
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return scaleOutSample{}, fmt.Errorf("%s printed %q: %w", cs[i].name(), line, err)
+			return scaleOutSample{}, fmt.Errorf("%s printed %q: %w", args[0], line, err)
 		}
 		elapsed = max(elapsed, r.DoneSeconds)
 		perProc[i] = r.Jobs

@@ -28,8 +28,8 @@ func (d *database) trackStatements(ctx context.Context) bool {
 	if !d.e.statements {
 		return false
 	}
-	if err := benchkit.TrackStatements(ctx, d.e.admin, d.name); err != nil {
-		d.e.log.Debug("bench: statement tracking unavailable", "error", err)
+	if err := d.TrackStatements(ctx); err != nil {
+		d.e.Log.Debug("bench: statement tracking unavailable", "error", err)
 		return false
 	}
 	return true

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -40,27 +39,23 @@ func TestStatementsTotals(t *testing.T) {
 		}})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = srv.Stop() })
-		admin, err := pgx.Connect(ctx, srv.URL("postgres"))
+		kit, _, err := benchkit.NewEnv(ctx, "bench", Opts{DatabaseURL: srv.URL("postgres"), Logger: slog.Default()}, defaults, ScenarioNames())
 		require.NoError(t, err)
-		defer admin.Close(ctx)
-		e := &env{admin: admin, log: slog.Default()}
-
-		_, err = admin.Exec(ctx, "CREATE DATABASE tpl")
+		defer kit.Close()
+		e := &env{Env: kit}
+		tpl, tracked, err := kit.CreateTemplate(ctx, func(context.Context, *pgxpool.Pool) error { return nil })
 		require.NoError(t, err)
-		tpl, err := pgxpool.New(ctx, srv.URL("tpl"))
-		require.NoError(t, err)
-		e.statements = benchkit.CreateStatementsExtension(ctx, tpl)
-		tpl.Close()
+		e.statements = tracked
 		require.True(t, e.statements)
 
-		d := &database{e: e, name: "measured"}
-		_, err = admin.Exec(ctx, "CREATE DATABASE measured TEMPLATE tpl")
+		measured, err := kit.NewDatabase(ctx, tpl)
 		require.NoError(t, err)
+		d := &database{Database: measured, e: e}
 		require.True(t, d.trackStatements(ctx))
-		pool, err := pgxpool.New(ctx, srv.URL("measured"))
+		pool, err := pgxpool.New(ctx, d.URL)
 		require.NoError(t, err)
 		defer pool.Close()
-		other, err := pgxpool.New(ctx, srv.URL("tpl"))
+		other, err := pgxpool.New(ctx, srv.URL(tpl))
 		require.NoError(t, err)
 		defer other.Close()
 

@@ -32,7 +32,7 @@ const (
 // measurePair runs riverbus and raw once per run, alternating which goes
 // first, and returns their figures in run order.
 func measurePair[T any](ctx context.Context, e *env, name string, rb, raw func(ctx context.Context) (T, error)) (rbs, raws []T, err error) {
-	for run := range e.opts.Runs {
+	for run := range e.Opts.Runs {
 		sides := []struct {
 			side string
 			f    func(ctx context.Context) (T, error)
@@ -46,7 +46,7 @@ func measurePair[T any](ctx context.Context, e *env, name string, rb, raw func(c
 			if err != nil {
 				return nil, nil, fmt.Errorf("run %d, %s: %w", run+1, s.side, err)
 			}
-			e.log.Info("bench: measured", "scenario", name, "run", run+1, "side", s.side, "value", fmt.Sprintf("%+v", v))
+			e.Log.Info("bench: measured", "scenario", name, "run", run+1, "side", s.side, "value", fmt.Sprintf("%+v", v))
 			*s.out = append(*s.out, v)
 		}
 	}
@@ -56,7 +56,7 @@ func measurePair[T any](ctx context.Context, e *env, name string, rb, raw func(c
 // runFanout: the fan-out catching up on n events for pools pools, against
 // River's InsertManyFast of the same n×pools job rows.
 func runFanout(ctx context.Context, e *env, name string, pools int) ([]Result, error) {
-	n := e.scaled(fanoutEvents, 100)
+	n := e.Scaled(fanoutEvents, 100)
 	var rbSize, rawSize float64
 	rb := func(ctx context.Context) (float64, error) {
 		rate, size, err := fanoutRiverbus(ctx, e, n, pools)
@@ -101,12 +101,12 @@ func newBacklog(ctx context.Context, e *env, track bool, conns int32, n, keys, p
 		return nil, err
 	}
 	tracked := track && d.trackStatements(ctx)
-	db, err := d.connect(ctx, conns)
+	db, err := d.Connect(ctx, conns)
 	if err != nil {
-		d.drop()
+		d.Drop()
 		return nil, err
 	}
-	b := &backlog{d: d, db: db, tracked: tracked, close: func() { db.Close(); d.drop() }}
+	b := &backlog{d: d, db: db, tracked: tracked, close: func() { db.Close(); d.Drop() }}
 	err = func() error {
 		if b.last, err = copyEvents(ctx, db, n, keys); err != nil {
 			return err
@@ -114,10 +114,10 @@ func newBacklog(ctx context.Context, e *env, track bool, conns int32, n, keys, p
 		if _, err := createPools(ctx, db, pools, opts...); err != nil {
 			return err
 		}
-		if err := d.settle(ctx, db); err != nil {
+		if err := d.Settle(ctx, db); err != nil {
 			return err
 		}
-		b.f, err = fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.quiet})
+		b.f, err = fanout.New(db, &fanout.Config{BatchSize: insertBatch, Logger: e.Quiet})
 		return err
 	}()
 	if err != nil {
@@ -153,22 +153,17 @@ func fanoutRiverbus(ctx context.Context, e *env, n, pools int) (rate, size float
 }
 
 func fanoutRaw(ctx context.Context, e *env, n, pools int) (rate, size float64, err error) {
-	d, err := e.newDatabase(ctx, schemaRiver)
+	d, db, release, err := e.open(ctx, schemaRiver, poolConns)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer d.drop()
-	db, err := d.connect(ctx, poolConns)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer db.Close()
-	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.quiet})
+	defer release()
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{Logger: e.Quiet})
 	if err != nil {
 		return 0, 0, err
 	}
 	batches := rawBatches(rawEvents(n), poolNames(pools))
-	if err := d.settle(ctx, db); err != nil {
+	if err := d.Settle(ctx, db); err != nil {
 		return 0, 0, err
 	}
 	start := time.Now()
@@ -199,7 +194,7 @@ func expectJobs(ctx context.Context, db *pgxpool.Pool, want int, state string) e
 // jobs the fan-out created, against the same number of raw River jobs with
 // args of a few bytes, the same settings.
 func runDrain(ctx context.Context, e *env) ([]Result, error) {
-	n := e.scaled(drainJobs, 50)
+	n := e.Scaled(drainJobs, 50)
 	rb := func(ctx context.Context) (drained, error) {
 		_, dr, err := fanOutAndDrain(ctx, e, true, n, 0)
 		return dr, err
@@ -242,7 +237,7 @@ func fanOutAndDrain(ctx context.Context, e *env, track bool, n, keys int, opts .
 		return 0, drained{}, err
 	}
 	fanRate = float64(n) / elapsed.Seconds()
-	if err := b.d.settle(ctx, b.db); err != nil {
+	if err := b.d.Settle(ctx, b.db); err != nil {
 		return 0, drained{}, err
 	}
 	var params bustype.PoolParams
@@ -272,7 +267,7 @@ type drained struct {
 func drain(ctx context.Context, e *env, db *pgxpool.Pool, n int, ordered bool, stats *statements) (drained, error) {
 	w := river.NewWorkers()
 	river.AddWorker(w, river.WorkFunc(func(context.Context, *river.Job[benchArgs]) error { return nil }))
-	opts := workers.RiverOpts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Config: workers.Config{Logger: e.quiet}}
+	opts := workers.RiverOpts{Queues: map[string]int{benchKind: drainWorkers}, Workers: w, Config: workers.Config{Logger: e.Quiet}}
 	if ordered {
 		opts.Ordered = []string{benchKind}
 	}

@@ -1,8 +1,11 @@
 // Package benchkit holds what riverbus's two benchmarks share: the core
 // bench (internal/bench, riverbus beside raw River) and the Watermill bench
 // (watermill/internal/wmbench, riverbus's Watermill adapter beside
-// watermill-sql), so that both start the same server, summarise and print
-// figures the same way and pace open-loop load alike.
+// watermill-sql), so that both take the same command line (NewRoot,
+// Execute), start the same server and give every measurement a fresh
+// database (Env), run their child processes alike (StartChildren), pace
+// open-loop load alike (Paced), and summarise, print and write figures the
+// same way (Summarize, RunScenarios, Finish).
 package benchkit
 
 import (
@@ -22,8 +25,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/riverbus/riverbus/internal/pgserver"
 )
 
 // Figure summarises one figure over runs.
@@ -132,48 +133,6 @@ func ModuleVersion(path string) string {
 	return ""
 }
 
-// StartServer starts the benches' throwaway PostgreSQL: durable (fsync and
-// synchronous_commit on, PostgreSQL's default durability), shared_buffers
-// 256MB, so that runs on different machines compare, and
-// pg_stat_statements loaded when PostgreSQL ships it, tracking nothing
-// except in the databases that ask for it (TrackStatements): the
-// measurements that do not read it pay nothing measurable.
-func StartServer(ctx context.Context, log *slog.Logger, prefix string) (*pgserver.Server, error) {
-	log.Info(prefix + ": starting a throwaway PostgreSQL (durable: fsync and synchronous_commit on)")
-	settings := map[string]string{"shared_buffers": "256MB"}
-	if pgserver.HasLibrary("pg_stat_statements") {
-		settings["shared_preload_libraries"] = "pg_stat_statements"
-		settings["pg_stat_statements.track"] = "none"
-	}
-	srv, err := pgserver.Start(ctx, pgserver.Opts{
-		Durable:  true,
-		Settings: settings,
-		Logf:     func(format string, args ...any) { log.Info(prefix + ": " + fmt.Sprintf(format, args...)) },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: start PostgreSQL: %w", prefix, err)
-	}
-	return srv, nil
-}
-
-// DescribeServer returns the server's version and a description of it and
-// its durability settings for a report; throwaway says whether it is
-// StartServer's.
-func DescribeServer(ctx context.Context, admin *pgx.Conn, throwaway bool) (desc, version string, err error) {
-	var fsync, syncCommit, sharedBuffers string
-	if err := admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
-		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(&version, &fsync, &syncCommit, &sharedBuffers); err != nil {
-		return "", "", fmt.Errorf("read server settings: %w", err)
-	}
-	where := "DATABASE_URL server"
-	if throwaway {
-		where = "throwaway server"
-	}
-	desc = fmt.Sprintf("PostgreSQL %s (%s; fsync %s, synchronous_commit %s, shared_buffers %s)",
-		strings.Fields(version)[0], where, fsync, syncCommit, sharedBuffers)
-	return desc, version, nil
-}
-
 // Ident quotes name as an SQL identifier.
 func Ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 
@@ -214,24 +173,7 @@ func (h minLevel) WithGroup(name string) slog.Handler {
 // It returns the achieved rate.
 func Paced(ctx context.Context, n int, rate float64, conc int, do func(ctx context.Context, i int) error) (float64, error) {
 	tickets := make(chan int)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	for range conc {
-		wg.Go(func() {
-			for i := range tickets {
-				if err := do(ctx, i); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	wait := Work(conc, tickets, func(i int) error { return do(ctx, i) })
 	start := time.Now()
 	handed := 0
 	for i := range n {
@@ -250,16 +192,43 @@ func Paced(ctx context.Context, n int, rate float64, conc int, do func(ctx conte
 	}
 	sending := time.Since(start) // until the last call was handed out
 	close(tickets)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
+	err := wait()
+	if err == nil {
+		err = ctx.Err()
 	}
 	// Call i is due at i/rate: a run on schedule reports rate.
 	achieved := rate
 	if handed > 1 && sending > 0 {
 		achieved = min(rate, float64(handed-1)/sending.Seconds())
 	}
-	return achieved, firstErr
+	return achieved, err
+}
+
+// Work calls do with each item of items on conc goroutines until items is
+// closed; wait waits for them and returns the first error do returned.
+func Work[T any](conc int, items <-chan T, do func(T) error) (wait func() error) {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for range conc {
+		wg.Go(func() {
+			for item := range items {
+				if err := do(item); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	return func() error {
+		wg.Wait()
+		return firstErr
+	}
 }
 
 // CreateStatementsExtension creates pg_stat_statements in the database

@@ -8,8 +8,9 @@
 // so that its memory is its own, and so that several of them share the pools
 // as fan-out processes on several hosts would.
 //
-// With --ready it prints "ready" once connected and starts catching up when a
-// line arrives on stdin, so that a parent can start several at once.
+// It follows the start protocol of the bench's child processes (benchkit):
+// it prints "ready" once connected and starts catching up when a line
+// arrives on stdin, so that a parent can start several at once.
 package fanoutproc
 
 import (
@@ -19,17 +20,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/fanout"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/internal/pools"
 )
 
@@ -53,7 +53,6 @@ func Command() *cobra.Command {
 	var (
 		target  int64
 		timeout time.Duration
-		ready   bool
 	)
 	cmd := &cobra.Command{
 		Use:    Name,
@@ -61,29 +60,19 @@ func Command() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(target, timeout, ready, cmd.InOrStdin(), cmd.OutOrStdout())
+			return run(target, timeout, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
 	f.Int64Var(&target, "target", 0, "stop when every pool's cursor is at least this sequence")
 	f.DurationVar(&timeout, "timeout", 15*time.Minute, "give up after this long")
-	f.BoolVar(&ready, "ready", false, `print "ready" once connected and start when a line arrives on stdin`)
 	return cmd
 }
 
-func run(target int64, timeout time.Duration, ready bool, stdin io.Reader, stdout io.Writer) error {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
+func run(target int64, timeout time.Duration, stdin io.Reader, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return err
-	}
-	cfg.MaxConns = 10 // as `riverbus fanout`
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err := benchkit.ChildPool(ctx, 10) // as `riverbus fanout`
 	if err != nil {
 		return err
 	}
@@ -132,15 +121,12 @@ func run(target int64, timeout time.Duration, ready bool, stdin io.Reader, stdou
 		}
 		reached(b.Pool, b.Cursor)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	f, err := fanout.New(db, &fanout.Config{Logger: logger, OnBatch: onBatch})
+	f, err := fanout.New(db, &fanout.Config{Logger: benchkit.ChildLogger(os.Stderr), OnBatch: onBatch})
 	if err != nil {
 		return err
 	}
-	if ready {
-		if err := awaitGo(stdin, stdout); err != nil {
-			return err
-		}
+	if err := benchkit.AwaitGo(bufio.NewReader(stdin), stdout); err != nil {
+		return err
 	}
 	start = time.Now()
 	runCtx, stop := context.WithCancel(ctx)
@@ -186,15 +172,6 @@ wait:
 	mu.Lock()
 	defer mu.Unlock()
 	return json.NewEncoder(stdout).Encode(Result{ElapsedSeconds: elapsed.Seconds(), PeakRSSBytes: hwm, Jobs: jobs, DoneSeconds: doneSeconds})
-}
-
-// awaitGo prints "ready" and waits for a line on stdin.
-func awaitGo(stdin io.Reader, stdout io.Writer) error {
-	fmt.Fprintln(stdout, "ready")
-	if _, err := bufio.NewReader(stdin).ReadString('\n'); err != nil {
-		return fmt.Errorf("waiting for the start line on stdin: %w", err)
-	}
-	return nil
 }
 
 // peakRSS reads this process's peak resident set size (VmHWM).

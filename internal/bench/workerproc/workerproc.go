@@ -14,19 +14,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/spf13/cobra"
 
 	"github.com/riverbus/riverbus/bustype"
+	"github.com/riverbus/riverbus/internal/benchkit"
 	"github.com/riverbus/riverbus/workers"
 )
 
@@ -74,31 +72,18 @@ func Command() *cobra.Command {
 }
 
 func run(maxWorkers int, conns int32, timeout time.Duration, stdin io.Reader, stdout io.Writer) error {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return err
-	}
-	cfg.MaxConns = conns
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err := benchkit.ChildPool(ctx, conns)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	if err := db.Ping(ctx); err != nil {
-		return err
-	}
 
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(context.Context, *river.Job[args]) error { return nil }))
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rcfg, err := workers.RiverConfig(workers.RiverOpts{
-		Queues: map[string]int{bustype.DefaultQueue(pool): maxWorkers}, Workers: ws, Config: workers.Config{Logger: logger},
+		Queues: map[string]int{bustype.DefaultQueue(pool): maxWorkers}, Workers: ws, Config: workers.Config{Logger: benchkit.ChildLogger(os.Stderr)},
 	})
 	if err != nil {
 		return err
@@ -115,20 +100,15 @@ func run(maxWorkers int, conns int32, timeout time.Duration, stdin io.Reader, st
 	})
 
 	lines := bufio.NewReader(stdin)
-	fmt.Fprintln(stdout, "ready")
-	if _, err := lines.ReadString('\n'); err != nil {
-		return fmt.Errorf("waiting for the start line on stdin: %w", err)
+	if err := benchkit.AwaitGo(lines, stdout); err != nil {
+		return err
 	}
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return err
 	}
 	// stdin closing is the signal to stop.
-	stop := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, lines)
-		close(stop)
-	}()
+	stop := benchkit.StdinClosed(lines)
 	var r Result
 	count := func(ev *river.Event) {
 		if ev != nil && ev.Kind == river.EventKindJobCompleted {

@@ -1,7 +1,6 @@
 package wmbench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -10,15 +9,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 func TestMain(m *testing.M) {
 	// The bench runs its subscriber processes by re-executing this
 	// program, here the test binary, with the subcommand first: run it as
 	// riverbus-watermill-bench would.
-	if len(os.Args) > 1 && os.Args[1] == SubscriberCommand {
-		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
-	}
+	benchkit.RunAsChild(Main, SubscriberCommand)
 	os.Exit(m.Run())
 }
 
@@ -35,13 +34,11 @@ func TestRunSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "out", "watermill.json")
-	var out, errOut bytes.Buffer
-	code := mainContext(ctx, []string{"--scale", "0.005", "--json", path, "--log-level", "warn"}, &out, &errOut)
-	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
-	t.Log("\n" + out.String())
-
-	b, err := os.ReadFile(path)
+	b, out, took, err := benchkit.SmokeRun(ctx, command, path, "--scale", "0.005")
 	require.NoError(t, err)
+	t.Log("\n" + out)
+	t.Log("\n" + took)
+
 	var rep Report
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.Equal(t, 0.005, rep.Scale)

@@ -2,29 +2,27 @@ package wmbench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 // SubscriberCommand is the hidden subcommand that runs a subscriber process
 // of the publish-consume and catch-up scenarios: the bench re-executes its
 // own binary with it first.
 //
-// The process connects to DATABASE_URL, makes its subscriber and prints
+// The process connects to DATABASE_URL, makes its subscriber and follows
+// the start protocol of the bench's child processes (benchkit): it prints
 // "ready"; when a line arrives on stdin it subscribes to the topic and acks
 // every message, printing "acked N" lines as its count grows; when stdin
 // closes it closes the subscriber and prints its result (childResult) as
@@ -63,11 +61,11 @@ func subscriberCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := parseImpl(side)
 			if err != nil {
-				return &usageError{err}
+				return benchkit.Usage(err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			return runSubscriber(ctx, s, subscriberOpts{group: group, runFanout: runFanout, logger: quietLogger(cmd.ErrOrStderr())}, cmd.InOrStdin(), cmd.OutOrStdout())
+			return runSubscriber(ctx, s, subscriberOpts{group: group, runFanout: runFanout, logger: benchkit.ChildLogger(cmd.ErrOrStderr())}, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
@@ -78,51 +76,23 @@ func subscriberCommand() *cobra.Command {
 	return cmd
 }
 
-func quietLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
 func runSubscriber(ctx context.Context, side impl, o subscriberOpts, stdin io.Reader, stdout io.Writer) error {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	cfg.MaxConns = childConns
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err := benchkit.ChildPool(ctx, childConns)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	if err := db.Ping(ctx); err != nil {
-		return err
-	}
 	sub, err := newSubscriber(side, db, o)
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
 
-	var out sync.Mutex // stdout's lines
-	say := func(s string) {
-		out.Lock()
-		defer out.Unlock()
-		fmt.Fprintln(stdout, s)
+	lines := bufio.NewReader(stdin)
+	if err := benchkit.AwaitGo(lines, stdout); err != nil {
+		return err
 	}
-	say("ready")
-	lines := bufio.NewScanner(stdin)
-	if !lines.Scan() {
-		return errors.New("stdin closed before the start")
-	}
-	stopped := make(chan struct{})
-	go func() {
-		for lines.Scan() {
-		}
-		close(stopped)
-	}()
+	stopped := benchkit.StdinClosed(lines)
 
 	var (
 		mu  sync.Mutex
@@ -160,7 +130,7 @@ func runSubscriber(ctx context.Context, side impl, o subscriberOpts, stdin io.Re
 		mu.Unlock()
 		if n != reported {
 			reported = n
-			say("acked " + strconv.FormatInt(n, 10))
+			fmt.Fprintf(stdout, "%s%d\n", ackedPrefix, n)
 		}
 	}
 loop:
@@ -184,33 +154,22 @@ loop:
 	if err != nil {
 		return err
 	}
-	say(string(b))
+	fmt.Fprintln(stdout, string(b))
 	return nil
 }
 
-// child is a subscriber process started by the bench.
-type child struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stderr bytes.Buffer
-	ready  chan error    // once: nil when it printed "ready"
-	acked  func(n int64) // each "acked N" line
-	exited chan struct{} // closed once it exited and err and result are set
-	err    error         // why it failed, nil when it exited cleanly with its result
-	result childResult
-}
-
-// childReadyTimeout bounds how long a child may take to get ready.
-const childReadyTimeout = time.Minute
+// ackedPrefix starts the lines a subscriber process prints as its count of
+// acked messages grows.
+const ackedPrefix = "acked "
 
 // consumeWithChildren runs procs subscriber processes of group against the
 // database at url until together they have acked want messages, and
 // returns the time from the first Subscribe call to the last ack, and the
 // duplicates they saw.
 func consumeWithChildren(ctx context.Context, side impl, url, group string, procs, want int, runFanout bool) (time.Duration, int64, error) {
-	bin, err := os.Executable()
+	bin, err := benchkit.Executable()
 	if err != nil {
-		return 0, 0, fmt.Errorf("find this program's executable: %w", err)
+		return 0, 0, err
 	}
 	var (
 		mu     sync.Mutex
@@ -218,59 +177,37 @@ func consumeWithChildren(ctx context.Context, side impl, url, group string, proc
 		enough = make(chan struct{})
 		closed bool
 	)
-	var cs []*child
-	defer func() {
-		for _, c := range cs {
-			select {
-			case <-c.exited:
-			default:
-				_ = c.cmd.Process.Kill()
-				<-c.exited
-			}
-		}
-	}()
-	for i := range procs {
-		args := []string{SubscriberCommand, "--impl", string(side), "--group", group}
-		if runFanout {
-			args = append(args, "--run-fanout")
-		}
-		c, err := startChild(ctx, bin, url, args, func(n int64) {
-			mu.Lock()
-			defer mu.Unlock()
-			counts[i] = n
-			if sum(counts) >= int64(want) && !closed {
-				closed = true
-				close(enough)
-			}
-		})
-		if err != nil {
-			return 0, 0, err
-		}
-		cs = append(cs, c)
+	args := []string{SubscriberCommand, "--impl", string(side), "--group", group}
+	if runFanout {
+		args = append(args, "--run-fanout")
 	}
-	for i, c := range cs {
-		select {
-		case err := <-c.ready:
-			if err != nil {
-				return 0, 0, fmt.Errorf("subscriber process %d of %d: %w", i+1, procs, err)
-			}
-		case <-time.After(childReadyTimeout):
-			return 0, 0, fmt.Errorf("subscriber process %d of %d: not ready after %s", i+1, procs, childReadyTimeout)
-		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+	cs, err := benchkit.StartChildren(ctx, procs, bin, url, args, func(i int, line string) {
+		acked, ok := strings.CutPrefix(line, ackedPrefix)
+		n, err := strconv.ParseInt(acked, 10, 64)
+		if !ok || err != nil {
+			return
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		counts[i] = n
+		if sum(counts) >= int64(want) && !closed {
+			closed = true
+			close(enough)
+		}
+	})
+	if err != nil {
+		return 0, 0, err
 	}
-	for _, c := range cs {
-		if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
-			return 0, 0, fmt.Errorf("start a subscriber process: %w", err)
-		}
+	defer benchkit.KillChildren(cs)
+	if err := benchkit.GoChildren(cs); err != nil {
+		return 0, 0, err
 	}
 	// A process that exits meanwhile ends the wait with its error.
-	died := make(chan *child, procs)
+	died := make(chan *benchkit.Child, procs)
 	for _, c := range cs {
 		go func() {
 			select {
-			case <-c.exited:
+			case <-c.Exited():
 				died <- c
 			case <-enough:
 			}
@@ -279,25 +216,25 @@ func consumeWithChildren(ctx context.Context, side impl, url, group string, proc
 	select {
 	case <-enough:
 	case c := <-died:
-		if c.err == nil {
+		if c.Err() == nil {
 			return 0, 0, errors.New("a subscriber process exited before it was told to")
 		}
-		return 0, 0, c.err
+		return 0, 0, c.Err()
 	case <-ctx.Done():
 		mu.Lock()
 		defer mu.Unlock()
 		return 0, 0, fmt.Errorf("%d of %d messages acked: %w", sum(counts), want, ctx.Err())
 	}
-	for _, c := range cs {
-		_ = c.stdin.Close()
+	lines, err := benchkit.FinishChildren(cs)
+	if err != nil {
+		return 0, 0, err
 	}
 	var first, last, dups int64
-	for _, c := range cs {
-		<-c.exited
-		if c.err != nil {
-			return 0, 0, c.err
+	for _, line := range lines {
+		var r childResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return 0, 0, fmt.Errorf("subscriber process: its last line %q is no result: %w", line, err)
 		}
-		r := c.result
 		if first == 0 || r.StartedUnixNano < first {
 			first = r.StartedUnixNano
 		}
@@ -313,62 +250,4 @@ func sum(xs []int64) int64 {
 		s += x
 	}
 	return s
-}
-
-func startChild(ctx context.Context, bin, url string, args []string, acked func(int64)) (*child, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
-	c := &child{cmd: cmd, ready: make(chan error, 1), acked: acked, exited: make(chan struct{})}
-	cmd.Stderr = &c.stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start a subscriber process: %w", err)
-	}
-	go c.read(stdout)
-	return c, nil
-}
-
-// read follows the child's stdout to its end, then waits for it to exit,
-// sets c.err and c.result, and closes c.exited.
-func (c *child) read(stdout io.Reader) {
-	defer close(c.exited)
-	s := bufio.NewScanner(stdout)
-	readySent := false
-	var last string
-	for s.Scan() {
-		line := s.Text()
-		switch {
-		case !readySent:
-			readySent = true
-			if line != "ready" {
-				c.ready <- fmt.Errorf("printed %q instead of ready", line)
-			} else {
-				c.ready <- nil
-			}
-		case strings.HasPrefix(line, "acked "):
-			if n, err := strconv.ParseInt(strings.TrimPrefix(line, "acked "), 10, 64); err == nil {
-				c.acked(n)
-			}
-		}
-		last = line
-	}
-	if err := c.cmd.Wait(); err != nil {
-		c.err = fmt.Errorf("subscriber process: %w: %s", err, lastLine(c.stderr.String()))
-	} else if err := json.Unmarshal([]byte(last), &c.result); err != nil {
-		c.err = fmt.Errorf("subscriber process: its last line %q is no result: %w", last, err)
-	}
-	if !readySent {
-		c.ready <- fmt.Errorf("exited before it was ready: %v", c.err)
-	}
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
 }

@@ -31,9 +31,9 @@ var latencyMetrics = []metric{
 // fan-out runs here too) records now − the publish time each message
 // carries.
 func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, string, error) {
-	dur := e.scaledDuration(latencyDuration, time.Second)
+	dur := e.ScaledDuration(latencyDuration, time.Second)
 	n := max(1, int(float64(rate)*dur.Seconds()))
-	warm := e.scaled(latencyWarmUp, 50)
+	warm := e.Scaled(latencyWarmUp, 50)
 	note := fmt.Sprintf("%d messages offered at %d/s (%s) from %d goroutines, 1 per Publish call, open loop; the publish time (taken before the Publish call) travels in a metadata entry, the handler (one goroutine acking each message as it comes) records now − that; after %d warm-up messages consumed and ANALYZE; the subscriber runs in the bench process (riverbus's with RunFanout: the fan-out too)",
 		n, rate, dur, latencyPublishers, warm)
 	p, err := prepare(ctx, e, side, 2*latencyPublishers)
@@ -42,12 +42,12 @@ func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, s
 	}
 	defer p.close()
 	d, pub := p.d, p.pub
-	subDB, err := d.connect(ctx, childConns)
+	subDB, err := d.Connect(ctx, childConns)
 	if err != nil {
 		return nil, "", err
 	}
 	defer subDB.Close()
-	sub, err := newSubscriber(side, subDB, subscriberOpts{group: groupLat, runFanout: true, logger: e.quiet})
+	sub, err := newSubscriber(side, subDB, subscriberOpts{group: groupLat, runFanout: true, logger: e.Quiet})
 	if err != nil {
 		return nil, "", err
 	}
@@ -70,7 +70,7 @@ func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, s
 	if err := h.waitFor(ctx, warm, drain); err != nil {
 		return nil, "", fmt.Errorf("warm-up: %w", err)
 	}
-	if err := d.settle(ctx, p.db); err != nil {
+	if err := d.Settle(ctx, p.db); err != nil {
 		return nil, "", err
 	}
 	h.reset()

@@ -65,7 +65,7 @@ var publishConsumeMetrics = []metric{
 // publish phase: the backlog is all jobs before the subscribers start, and
 // it stays running while they consume.
 func measurePublishConsume(ctx context.Context, e *env, side impl) (sample, string, error) {
-	n := e.scaled(publishMessages, 100)
+	n := e.Scaled(publishMessages, 100)
 	note := fmt.Sprintf("%d messages published from %d goroutines, 1 per Publish call, nothing consuming; then consumed as a backlog by consumer groups that existed before the publish: one by 1 subscriber process, another by 4 (child processes; each acks every message; time from the first Subscribe call to the last ack); riverbus's fan-out runs in the bench process and has made every job before the subscribers start (catch-up includes the fan-out)", n, publishers)
 	p, err := prepare(ctx, e, side, publishConns, group1, group4)
 	if err != nil {
@@ -73,7 +73,7 @@ func measurePublishConsume(ctx context.Context, e *env, side impl) (sample, stri
 	}
 	defer p.close()
 	d, db, pub := p.d, p.db, p.pub
-	if err := d.settle(ctx, db); err != nil {
+	if err := d.Settle(ctx, db); err != nil {
 		return nil, "", err
 	}
 
@@ -91,7 +91,7 @@ func measurePublishConsume(ctx context.Context, e *env, side impl) (sample, stri
 	}
 
 	if side == implRiverbus {
-		fan, err := startFanout(ctx, db, e.quiet)
+		fan, err := startFanout(ctx, db, e.Quiet)
 		if err != nil {
 			return nil, "", err
 		}
@@ -100,25 +100,25 @@ func measurePublishConsume(ctx context.Context, e *env, side impl) (sample, stri
 		if err := waitFannedOut(ctx, db, fan); err != nil {
 			return nil, "", err
 		}
-		e.log.Info("wmbench: backlog fanned out", "messages", n, "groups", 2, "took", time.Since(t0).Round(time.Millisecond))
+		e.Log.Info("wmbench: backlog fanned out", "messages", n, "groups", 2, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	for _, c := range []struct {
 		group string
 		procs int
 		key   string
 	}{{group1, 1, "consume1_"}, {group4, 4, "consume4_"}} {
-		if err := d.settle(ctx, db); err != nil {
+		if err := d.Settle(ctx, db); err != nil {
 			return nil, "", err
 		}
 		if err := d.resetStatements(ctx); err != nil {
 			return nil, "", err
 		}
-		took, dups, err := consumeWithChildren(ctx, side, d.url, c.group, c.procs, n, false)
+		took, dups, err := consumeWithChildren(ctx, side, d.URL, c.group, c.procs, n, false)
 		if err != nil {
 			return nil, "", fmt.Errorf("consume with %d process(es): %w", c.procs, err)
 		}
 		if dups > 0 {
-			e.log.Warn("wmbench: duplicate deliveries", "side", side, "processes", c.procs, "duplicates", dups)
+			e.Log.Warn("wmbench: duplicate deliveries", "side", side, "processes", c.procs, "duplicates", dups)
 		}
 		s[c.key+"rate"] = float64(n) / took.Seconds()
 		if err := d.addStatements(ctx, s, c.key, n); err != nil {
@@ -142,7 +142,7 @@ var catchUpMetrics = []metric{
 // runs the fan-out (RunFanout), so its time includes turning the backlog
 // into jobs.
 func measureCatchUp(ctx context.Context, e *env, side impl) (sample, string, error) {
-	n := e.scaled(catchUpMessages, 500)
+	n := e.Scaled(catchUpMessages, 500)
 	note := fmt.Sprintf("%d messages published (%d per Publish call from %d goroutines) while no subscriber and no fan-out runs; then 1 subscriber process (riverbus: with RunFanout, so the time includes the fan-out turning the backlog into jobs) from its Subscribe call to its last ack", n, catchUpPerCall, publishers)
 	p, err := prepare(ctx, e, side, publishConns, groupCU)
 	if err != nil {
@@ -156,18 +156,18 @@ func measureCatchUp(ctx context.Context, e *env, side impl) (sample, string, err
 		return nil, "", fmt.Errorf("publish the backlog: %w", err)
 	}
 	s["backlog_publish_rate"] = float64(n) / took.Seconds()
-	if err := d.settle(ctx, db); err != nil {
+	if err := d.Settle(ctx, db); err != nil {
 		return nil, "", err
 	}
 	if err := d.resetStatements(ctx); err != nil {
 		return nil, "", err
 	}
-	took, dups, err := consumeWithChildren(ctx, side, d.url, groupCU, 1, n, side == implRiverbus)
+	took, dups, err := consumeWithChildren(ctx, side, d.URL, groupCU, 1, n, side == implRiverbus)
 	if err != nil {
 		return nil, "", fmt.Errorf("catch up: %w", err)
 	}
 	if dups > 0 {
-		e.log.Warn("wmbench: duplicate deliveries", "side", side, "duplicates", dups)
+		e.Log.Warn("wmbench: duplicate deliveries", "side", side, "duplicates", dups)
 	}
 	s["catchup_seconds"] = took.Seconds()
 	s["catchup_rate"] = float64(n) / took.Seconds()
@@ -198,10 +198,10 @@ func prepare(ctx context.Context, e *env, side impl, conns int32, groups ...stri
 	if p.d, err = e.newDatabase(ctx, side); err != nil {
 		return nil, err
 	}
-	if p.db, err = p.d.connect(ctx, conns); err != nil {
+	if p.db, err = p.d.Connect(ctx, conns); err != nil {
 		return nil, err
 	}
-	if err := initialize(side, p.db, e.quiet, groups...); err != nil {
+	if err := initialize(side, p.db, e.Quiet, groups...); err != nil {
 		return nil, err
 	}
 	if p.pub, err = newPublisher(side, p.db); err != nil {

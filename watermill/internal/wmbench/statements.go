@@ -22,7 +22,7 @@ import (
 // template has it already), then makes the sessions opened to d from now
 // on track their top-level statements.
 func (d *database) trackStatements(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, d.url)
+	conn, err := pgx.Connect(ctx, d.URL)
 	if err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func (d *database) trackStatements(ctx context.Context) error {
 		_ = conn.Close(ctx)
 		return err
 	}
-	if err := benchkit.TrackStatements(ctx, d.e.admin, d.name); err != nil {
+	if err := d.TrackStatements(ctx); err != nil {
 		_ = conn.Close(ctx)
 		return err
 	}
