@@ -121,7 +121,9 @@ func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
 	}
 	defer e.Close()
 
-	rows, failed, err := benchkit.RunScenarios(ctx, e.Env, names, func(ctx context.Context, name string) ([]Result, error) {
+	// A smoke run starts the longest first.
+	parallel := &benchkit.Parallel{First: []string{"scale-out", "many-pools"}}
+	rows, failed, err := benchkit.RunScenarios(ctx, e.Env, names, parallel, func(ctx context.Context, name string) ([]Result, error) {
 		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
 		rows, err := scenarios[i].run(ctx, e)
 		for i := range rows {

@@ -26,8 +26,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestRunSmoke runs the riverbus-bench command with every scenario once at a
-// tiny scale: it keeps the harness working, checks every row, and asserts
-// nothing about speed.
+// tiny scale, as a smoke run (--smoke): it keeps the harness working,
+// checks every row, and asserts nothing about speed.
 func TestRunSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every scenario and its child processes")
@@ -46,6 +46,7 @@ func TestRunSmoke(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.Equal(t, 1, rep.Runs)
 	require.Equal(t, 0.001, rep.Scale)
+	require.True(t, rep.Smoke)
 
 	for _, name := range ScenarioNames() {
 		var rows []Result
@@ -96,6 +97,7 @@ func TestRunSmoke(t *testing.T) {
 
 	require.Contains(t, out, "JSON report: "+path)
 	require.Contains(t, out, "SCENARIO")
+	require.Contains(t, out, "SMOKE RUN")
 }
 
 func TestCommandUsage(t *testing.T) {
@@ -112,6 +114,7 @@ func TestCommandUsage(t *testing.T) {
 	require.Contains(t, out, "Scenarios: fanout-1pool,")
 	require.NotContains(t, out, fanoutproc.Name, "the child processes are hidden")
 	require.NotContains(t, out, workerproc.Name, "the child processes are hidden")
+	require.NotContains(t, out, "--smoke", "the smoke tests' flag is hidden")
 
 	code, _, errOut := run("extra")
 	require.Equal(t, 2, code)

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -156,4 +158,57 @@ func TestFormat(t *testing.T) {
 	require.Equal(t, `bad \x1b[31m`, Printable("bad \x1b[31m"))
 	require.Equal(t, "fine: é", Printable("fine: é"))
 	require.Equal(t, "last", LastLine("first\nlast\n\n"))
+}
+
+// A smoke run's scenarios run two at a time where the bench allows it,
+// the longest first, others one after the other; the rows keep the
+// scenarios' order either way, and a failed scenario adds its row and its
+// name.
+func TestRunScenarios(t *testing.T) {
+	names := []string{"a", "b", "c", "d", "e"}
+	for _, tc := range []struct {
+		smoke    bool
+		parallel *Parallel
+		most     int
+		first    string
+	}{{false, &Parallel{First: []string{"d"}}, 1, "a"}, {true, nil, 1, "a"}, {true, &Parallel{First: []string{"d"}}, 2, "d"}} {
+		e := &Env{Opts: Opts{Smoke: tc.smoke}, Log: slog.New(slog.DiscardHandler), name: "test"}
+		var order []string
+		var (
+			mu              sync.Mutex
+			running, most   int
+			release         = make(chan struct{})
+			started, closed = 0, false
+		)
+		rows, failed, err := RunScenarios(context.Background(), e, names, tc.parallel, func(_ context.Context, name string) ([]string, error) {
+			mu.Lock()
+			order = append(order, name)
+			running++
+			started++
+			most = max(most, running)
+			// Hold the first scenario until a second has started, or
+			// long enough for one to start if it may.
+			if started == 2 && !closed {
+				closed = true
+				close(release)
+			}
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-time.After(100 * time.Millisecond):
+			}
+			mu.Lock()
+			running--
+			mu.Unlock()
+			if name == "c" {
+				return []string{"c1"}, errors.New("no c")
+			}
+			return []string{name + "1", name + "2"}, nil
+		}, func(name string, err error) string { return name + ": " + err.Error() })
+		require.NoError(t, err)
+		require.Equal(t, []string{"a1", "a2", "b1", "b2", "c1", "c: no c", "d1", "d2", "e1", "e2"}, rows)
+		require.Equal(t, []string{"c"}, failed)
+		require.Equal(t, tc.most, most, "smoke %v, parallel %v", tc.smoke, tc.parallel)
+		require.Equal(t, tc.first, order[0], "the scenario started first")
+	}
 }

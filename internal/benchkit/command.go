@@ -52,7 +52,8 @@ func (e *UsageError) Unwrap() error { return e.Err }
 func Usage(err error) error { return &UsageError{err} }
 
 // NewRoot returns a bench's root command: the flags every bench takes
-// (--runs, --scale, --scenario, --json, --database-url) into Opts, checked against d and the
+// (--runs, --scale, --scenario, --json, --database-url, and the hidden
+// --smoke of the smoke tests) into Opts, checked against d and the
 // scenarios' names before run is called with them, under a context that
 // ends on SIGINT or SIGTERM. It takes no arguments and has no help or
 // completion subcommand; errors and usage are Execute's to print.
@@ -96,6 +97,8 @@ func NewRoot(use, short, long, example string, d Defaults, names []string, run f
 	f.StringVar(&o.JSONPath, "json", "", "where to write the JSON report (default "+d.JSONPath+")")
 	// Its default is not shown: a URL may carry a password.
 	f.StringVar(&o.DatabaseURL, "database-url", "", "PostgreSQL URL (default: "+d.DatabaseEnv+"; neither: a throwaway server)")
+	f.BoolVar(&o.Smoke, "smoke", false, "run every scenario at its least cost, for the smoke tests: the figures mean nothing")
+	_ = f.MarkHidden("smoke")
 	// No help subcommand: --help is the help, and the subcommands (the
 	// bench's child processes) are hidden.
 	root.SetHelpCommand(&cobra.Command{Hidden: true})
@@ -136,13 +139,13 @@ func Printable(s string) string {
 
 // SmokeRun runs a bench's command line as its smoke test does: the root
 // command that command makes (printing to the writers it is given) with
-// args and --json jsonPath, under ctx. It returns the JSON report
+// args, --smoke and --json jsonPath, under ctx. It returns the JSON report
 // written, what the command printed on stdout, and its progress lines that
 // say how long each scenario took; or an error quoting all it printed when
 // it did not exit 0.
 func SmokeRun(ctx context.Context, command func(stdout, stderr io.Writer) *cobra.Command, jsonPath string, args ...string) (report []byte, stdout, took string, err error) {
 	var out, errOut bytes.Buffer
-	if code := Execute(ctx, command(&out, &errOut), append(args, "--json", jsonPath), &out, &errOut); code != 0 {
+	if code := Execute(ctx, command(&out, &errOut), append(args, "--smoke", "--json", jsonPath), &out, &errOut); code != 0 {
 		return nil, "", "", fmt.Errorf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 	var lines []string

@@ -27,6 +27,15 @@ type Opts struct {
 	// JSONPath is where the report is written as JSON; its directory is
 	// created. Zero: the bench's default (Defaults.JSONPath).
 	JSONPath string
+	// Smoke runs every scenario at the least cost its code allows, for the
+	// smoke tests that keep the benches from rotting: minimum sizes,
+	// durations, windows and rates shrink below what gives a meaningful
+	// figure (Least), a throwaway server is not durable, no ANALYZE and no
+	// CHECKPOINT precede a timed phase, and databases are dropped in the
+	// background.
+	// Every scenario still runs all its code and reports all its rows, but
+	// the figures mean nothing; the report says so.
+	Smoke bool
 	// Logger receives progress, and warnings from what the bench runs
 	// (River, the fan-out, …). Nil: nothing is logged.
 	Logger *slog.Logger

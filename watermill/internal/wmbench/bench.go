@@ -123,7 +123,9 @@ func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
 	}
 	defer e.Close()
 
-	rows, failed, err := benchkit.RunScenarios(ctx, e.Env, names, func(ctx context.Context, name string) ([]Result, error) {
+	// One scenario at a time, in a smoke run too: the statements each
+	// phase records go under the scenario being measured (env.scenario).
+	rows, failed, err := benchkit.RunScenarios(ctx, e.Env, names, nil, func(ctx context.Context, name string) ([]Result, error) {
 		e.scenario = name
 		return runScenario(ctx, e, scenarios[slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })])
 	}, func(name string, err error) Result { return Result{Scenario: name, Metric: "-", Error: err.Error()} })

@@ -21,10 +21,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestRunSmoke runs the whole bench once at a tiny scale, on a throwaway
-// server of its own as `make bench` does (pg_stat_statements loaded): it
-// keeps the harness working and checks that every row has a figure from
-// both sides and their ratio. It asserts nothing about speed.
+// TestRunSmoke runs the whole bench once at a tiny scale, as a smoke run
+// (--smoke), on a throwaway server of its own (pg_stat_statements loaded,
+// as `make bench`'s): it keeps the harness working and checks that every
+// row has a figure from both sides and their ratio. It asserts nothing
+// about speed.
 func TestRunSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL server and runs every scenario on both sides with their subscriber processes")
@@ -42,7 +43,9 @@ func TestRunSmoke(t *testing.T) {
 	var rep Report
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.Equal(t, 0.005, rep.Scale)
+	require.True(t, rep.Smoke)
 	require.Contains(t, rep.Baseline, "watermill-sql v4")
+	require.Contains(t, out, "SMOKE RUN")
 
 	var metrics []string
 	for _, s := range scenarios {
