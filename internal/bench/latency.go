@@ -500,6 +500,9 @@ func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context
 			return latencySample{}, err
 		}
 	}
+	if p.trace != nil {
+		p.trace.waitSteps(ctx, sent)
+	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	lat := make([]float64, len(sent))
 	pickup := make([]float64, len(sent))
@@ -600,6 +603,28 @@ func (t *tracer) batch(res fanout.BatchResult) {
 	t.mu.Lock()
 	t.batches = append(t.batches, mark{at, res.Cursor})
 	t.mu.Unlock()
+}
+
+// waitSteps waits, a few seconds at most, until the fan-out has reported
+// the round and the batch that passed the last of ids: it reports a batch
+// (OnBatch) after its commit, when River may have started the batch's jobs
+// already, and an event whose batch is not reported has no steps.
+func (t *tracer) waitSteps(ctx context.Context, ids []uuid.UUID) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		t.mu.Lock()
+		var last int64
+		for _, id := range ids {
+			last = max(last, t.seqs[id])
+		}
+		passed := func(marks []mark) bool { return len(marks) > 0 && marks[len(marks)-1].seq >= last }
+		done := passed(t.rounds) && passed(t.batches)
+		t.mu.Unlock()
+		if done {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // steps returns, for each step, when each of ids reached it (zero: not
