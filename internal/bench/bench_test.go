@@ -37,7 +37,7 @@ func TestRunSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "out", "results.json")
-	b, out, took, err := benchkit.SmokeRun(ctx, command, path, "--database-url", pgtest.NewDatabase(t), "--runs", "1", "--scale", "0.001")
+	b, out, took, err := benchkit.SmokeRun(ctx, command, path, "--database-url", pgtest.NewDatabase(t), "--runs", "1", "--scale", "0.0001")
 	require.NoError(t, err)
 	t.Log("\n" + out)
 	t.Log("\n" + took)
@@ -45,7 +45,7 @@ func TestRunSmoke(t *testing.T) {
 	var rep Report
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.Equal(t, 1, rep.Runs)
-	require.Equal(t, 0.001, rep.Scale)
+	require.Equal(t, 0.0001, rep.Scale)
 	require.True(t, rep.Smoke)
 
 	for _, name := range ScenarioNames() {

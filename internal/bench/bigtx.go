@@ -45,7 +45,7 @@ var bigTxKinds = []bigTxKind{
 // the transaction for every batch took minutes.
 func runBigTx(ctx context.Context, e *env) ([]Result, error) {
 	const name = "big-transaction"
-	n := e.Scaled(bigTxEvents, 500)
+	n := e.Scaled(bigTxEvents, least(e, 500, 100))
 	alone := map[string][]float64{}
 	together := map[string][]float64{}
 	for run := range e.Opts.Runs {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -99,6 +100,16 @@ func (e *env) open(ctx context.Context, s schema, conns int32) (d *database, db 
 		return nil, nil, nil, err
 	}
 	return d, db, func() { db.Close(); d.Drop() }, nil
+}
+
+// least is benchkit.Least under the run's options: real, or smoke in a
+// smoke run.
+func least[T any](e *env, real, smoke T) T { return benchkit.Least(e.Opts, real, smoke) }
+
+// latencyDuration is how long a latency measurement sends events at its
+// rate: latencyDuration scaled, at least latencyDurationMin.
+func (e *env) latencyDuration() time.Duration {
+	return e.ScaledDuration(latencyDuration, least(e, latencyDurationMin, 100*time.Millisecond))
 }
 
 // riverbusFirst reports whether riverbus goes first in run i: A/B, B/A, …

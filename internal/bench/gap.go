@@ -22,7 +22,7 @@ const gapIterations = 50
 // default Config (GapTimeout 5 s): anything near 5 s means the rollback was
 // not proven and the gap timed out.
 func runRollbackGap(ctx context.Context, e *env) ([]Result, error) {
-	k := e.Scaled(gapIterations, 5)
+	k := e.Scaled(gapIterations, least(e, 5, 2))
 	var p50s, p99s, maxs []float64
 	for run := range e.Opts.Runs {
 		lat, err := rollbackGapRun(ctx, e, k)

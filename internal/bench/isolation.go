@@ -33,10 +33,10 @@ const (
 // no rebuild running. Both sides run riverbus.
 func runLiveDuringRebuild(ctx context.Context, e *env) ([]Result, error) {
 	const name = "live-during-rebuild"
-	backlog := e.Scaled(rebuildEvents, 1000)
+	backlog := e.Scaled(rebuildEvents, least(e, 1000, 200))
 	// The side with no rebuild sends as many events as a rebuild of the
 	// backlog at about 20k events/s lasts, or latencyDurationMin.
-	baseDur := max(time.Duration(float64(backlog)/20_000*float64(time.Second)), latencyDurationMin)
+	baseDur := max(time.Duration(float64(backlog)/20_000*float64(time.Second)), least(e, latencyDurationMin, 100*time.Millisecond))
 	during, without, err := measurePair(ctx, e, name,
 		func(ctx context.Context) (rebuildSample, error) {
 			return liveDuringRebuild(ctx, e, backlog, true, 0)
@@ -96,7 +96,7 @@ func liveDuringRebuild(ctx context.Context, e *env, backlog int, rebuild bool, n
 	if err := d.Settle(ctx, appendDB); err != nil {
 		return rebuildSample{}, err
 	}
-	p := newProbe()
+	p := newProbe(e)
 	client, err := p.startClient(ctx, e, workDB, false)
 	if err != nil {
 		return rebuildSample{}, err

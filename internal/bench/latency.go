@@ -95,8 +95,7 @@ type latencyOpts struct {
 // the fan-out running, commit → handler start; against River's Insert at the
 // same rate, commit → Work start.
 func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Result, error) {
-	dur := max(time.Duration(float64(latencyDuration)*e.Opts.Scale), latencyDurationMin)
-	n := max(1, int(float64(o.rate)*dur.Seconds()))
+	n := max(1, int(float64(o.rate)*e.latencyDuration().Seconds()))
 	rbs, raws, err := measurePair(ctx, e, name,
 		func(ctx context.Context) (latencySample, error) { return latencyRiverbus(ctx, e, o, n) },
 		func(ctx context.Context) (latencySample, error) { return latencyRaw(ctx, e, o, n) })
@@ -120,10 +119,10 @@ func runLatency(ctx context.Context, e *env, name string, o latencyOpts) ([]Resu
 	load := ""
 	if o.loaded {
 		load = fmt.Sprintf("; background load on both sides: %d/s single-event appends for another pool (riverbus; achieved %.0f/s) and River inserts into another queue (raw; achieved %.0f/s), worked by the same client",
-			loadRate, med(rbs, func(s latencySample) float64 { return s.LoadRate }), med(raws, func(s latencySample) float64 { return s.LoadRate }))
+			e.loadRate(), med(rbs, func(s latencySample) float64 { return s.LoadRate }), med(raws, func(s latencySample) float64 { return s.LoadRate }))
 	}
 	note := fmt.Sprintf("%d single-event transactions at %d/s from %d goroutines (achieved: riverbus %.0f/s, raw %.0f/s)%s; the fan-out services (what riverbus.Client.Start runs) with the default fanout.Config; riverbus worker settings, MaxWorkers %d; raw: Client.Insert with the same settings; job insert = the job's created_at (riverbus: the fan-out's insert); hop rows: commit → the step, p50 over the events (round: a horizon round that passed the event committed; batch: the pool batch with its job committed; fetched: River's attempted_at)",
-		n, o.rate, latencyAppenders, med(rbs, func(s latencySample) float64 { return s.Rate }),
+		n, o.rate, e.appenders(), med(rbs, func(s latencySample) float64 { return s.Rate }),
 		med(raws, func(s latencySample) float64 { return s.Rate }), load, latencyWorkers)
 	of := func(f func(latencySample) float64) ([]float64, []float64) { return pick(rbs, f), pick(raws, f) }
 	row := func(metric, unit string, target *Target, f func(latencySample) float64) Result {
@@ -185,13 +184,13 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 	if _, err := otherPools(ctx, appendDB, o.others); err != nil {
 		return latencySample{}, err
 	}
-	if err := jobHistory(ctx, appendDB); err != nil {
+	if err := jobHistory(ctx, e, appendDB); err != nil {
 		return latencySample{}, err
 	}
 	if err := d.Settle(ctx, appendDB); err != nil {
 		return latencySample{}, err
 	}
-	p := newProbe()
+	p := newProbe(e)
 	p.trace = newTracer()
 	if tracked {
 		p.stats = &statements{db: appendDB}
@@ -209,7 +208,7 @@ func latencyRiverbus(ctx context.Context, e *env, o latencyOpts, n int) (latency
 	defer serveFanout(ctx, f)()
 	var stopLoad func() (float64, error)
 	if o.loaded {
-		stopLoad, err = background(ctx, d, func(db *pgxpool.Pool) (func(ctx context.Context, i int) error, error) {
+		stopLoad, err = background(ctx, d, e.loadRate(), func(db *pgxpool.Pool) (func(ctx context.Context, i int) error, error) {
 			return func(ctx context.Context, i int) error {
 				ev := newEvent(i)
 				ev.Tags = []string{loadTag}
@@ -241,13 +240,13 @@ func latencyRaw(ctx context.Context, e *env, o latencyOpts, n int) (latencySampl
 		return latencySample{}, err
 	}
 	defer closeAll()
-	if err := jobHistory(ctx, insertDB); err != nil {
+	if err := jobHistory(ctx, e, insertDB); err != nil {
 		return latencySample{}, err
 	}
 	if err := d.Settle(ctx, insertDB); err != nil {
 		return latencySample{}, err
 	}
-	p := newProbe()
+	p := newProbe(e)
 	if tracked {
 		p.stats = &statements{db: insertDB}
 	}
@@ -266,7 +265,7 @@ func latencyRaw(ctx context.Context, e *env, o latencyOpts, n int) (latencySampl
 	}
 	var stopLoad func() (float64, error)
 	if o.loaded {
-		stopLoad, err = background(ctx, d, func(db *pgxpool.Pool) (func(ctx context.Context, i int) error, error) {
+		stopLoad, err = background(ctx, d, e.loadRate(), func(db *pgxpool.Pool) (func(ctx context.Context, i int) error, error) {
 			loader, err := river.NewClient(riverpgxv5.New(db), cfg)
 			if err != nil {
 				return nil, err
@@ -303,11 +302,22 @@ func rawEvent(i int) outbox.Event {
 	return ev
 }
 
+// appenders is how many goroutines send a latency scenario's events, and
+// the size of their connection pool: latencyAppenders, or a few in a smoke
+// run, where each connection a server process makes costs more than the
+// events sent over it.
+func (e *env) appenders() int { return least(e, latencyAppenders, 2) }
+
+// loadRate is the background load's rate: loadRate, or a tenth of it in a
+// smoke run, where at the full rate the load takes the CPUs of a small
+// machine for the whole scenario.
+func (e *env) loadRate() int { return least(e, loadRate, loadRate/10) }
+
 // background opens a pool of its own to d and calls the function newDo
-// returns for it at loadRate per second, open loop, until the returned stop
+// returns for it at rate per second, open loop, until the returned stop
 // is called; stop returns the achieved rate and closes the pool.
-func background(ctx context.Context, d *database, newDo func(db *pgxpool.Pool) (func(ctx context.Context, i int) error, error)) (stop func() (float64, error), err error) {
-	db, err := d.Connect(ctx, latencyAppenders)
+func background(ctx context.Context, d *database, rate int, newDo func(db *pgxpool.Pool) (func(ctx context.Context, i int) error, error)) (stop func() (float64, error), err error) {
+	db, err := d.Connect(ctx, int32(d.e.appenders()))
 	if err != nil {
 		return nil, err
 	}
@@ -324,10 +334,10 @@ func background(ctx context.Context, d *database, newDo func(db *pgxpool.Pool) (
 	done := make(chan result, 1)
 	go func() {
 		// Far more calls than a run lasts: the load ends with stop.
-		rate, err := benchkit.Paced(loadCtx, loadRate*3600, loadRate, latencyAppenders, func(_ context.Context, i int) error {
+		achieved, err := benchkit.Paced(loadCtx, rate*3600, float64(rate), d.e.appenders(), func(_ context.Context, i int) error {
 			return do(ctx, i)
 		})
-		done <- result{rate, err}
+		done <- result{achieved, err}
 	}()
 	return func() (float64, error) {
 		cancel()
@@ -370,7 +380,7 @@ func connectThree(ctx context.Context, d *database) (a, b, c *pgxpool.Pool, clos
 			p.Close()
 		}
 	}
-	for _, size := range []int32{latencyAppenders, poolConns, workerConns} {
+	for _, size := range []int32{int32(d.e.appenders()), poolConns, workerConns} {
 		p, err := d.Connect(ctx, size)
 		if err != nil {
 			closeAll()
@@ -384,15 +394,19 @@ func connectThree(ctx context.Context, d *database) (a, b, c *pgxpool.Pool, clos
 // probe records when a handler first started each event's job, with the
 // job's created_at and attempted_at; trace, when set, the fan-out's steps.
 type probe struct {
-	mu      sync.Mutex
-	started map[uuid.UUID]start
-	trace   *tracer
-	stats   *statements // nil: the database's statements are not read
+	warmup    int // events sent before the measured ones
+	appenders int // goroutines sending them
+	mu        sync.Mutex
+	started   map[uuid.UUID]start
+	trace     *tracer
+	stats     *statements // nil: the database's statements are not read
 }
 
 type start struct{ at, created, attempted time.Time }
 
-func newProbe() *probe { return &probe{started: map[uuid.UUID]start{}} }
+func newProbe(e *env) *probe {
+	return &probe{warmup: least(e, warmupEvents, 5), appenders: e.appenders(), started: map[uuid.UUID]start{}}
+}
 
 // startClient starts a River client with the recommended settings whose
 // worker records the start time of every job; with load, it also works
@@ -431,13 +445,13 @@ func (p *probe) startClient(ctx context.Context, e *env, db *pgxpool.Pool, load 
 	return client, nil
 }
 
-// measure sends warmupEvents unmeasured events, then n events at rate per
+// measure sends p.warmup unmeasured events, then n events at rate per
 // second, and returns the percentiles of commit → handler start. begin, when
 // not nil, is called after the warm-up; when the channel it returns closes,
 // no more events are sent and those sent so far are measured.
 func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context.Context) (until <-chan struct{}, err error), send func(ctx context.Context, i int, id uuid.UUID) error) (latencySample, error) {
-	warm := newIDs(warmupEvents)
-	if _, err := benchkit.Paced(ctx, len(warm), float64(rate), latencyAppenders, func(ctx context.Context, i int) error {
+	warm := newIDs(p.warmup)
+	if _, err := benchkit.Paced(ctx, len(warm), float64(rate), p.appenders, func(ctx context.Context, i int) error {
 		return send(ctx, i, warm[i])
 	}); err != nil {
 		return latencySample{}, err
@@ -470,8 +484,8 @@ func (p *probe) measure(ctx context.Context, rate, n int, begin func(ctx context
 	}
 	ids := newIDs(n)
 	commits := make([]time.Time, n)
-	achieved, err := benchkit.Paced(pacing, n, float64(rate), latencyAppenders, func(_ context.Context, i int) error {
-		err := send(ctx, warmupEvents+i, ids[i])
+	achieved, err := benchkit.Paced(pacing, n, float64(rate), p.appenders, func(_ context.Context, i int) error {
+		err := send(ctx, p.warmup+i, ids[i])
 		if err == nil {
 			commits[i] = time.Now()
 		}
@@ -694,10 +708,11 @@ func newIDs(n int) []uuid.UUID {
 // from the first job.
 const latencyHistory = 5_000
 
-// jobHistory inserts latencyHistory completed jobs of another queue.
-func jobHistory(ctx context.Context, db *pgxpool.Pool) error {
+// jobHistory inserts latencyHistory completed jobs of another queue (a
+// smoke run, a few).
+func jobHistory(ctx context.Context, e *env, db *pgxpool.Pool) error {
 	_, err := db.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, attempt, attempted_at, finalized_at)
-		SELECT '{}', 'bench_history', 1, 1, 'bench_history', 'completed', 1, now(), now() FROM generate_series(1, $1)`, latencyHistory)
+		SELECT '{}', 'bench_history', 1, 1, 'bench_history', 'completed', 1, now(), now() FROM generate_series(1, $1)`, least(e, latencyHistory, 100))
 	if err != nil {
 		return fmt.Errorf("job history: %w", err)
 	}

@@ -26,6 +26,10 @@ const (
 	// which a window of several seconds makes small.
 	idleWindow    = 5 * time.Second
 	idleWindowMin = 2 * time.Second
+	// smokeIdleWindow is a smoke run's: a busy backend reports its
+	// transactions at least every second, so a window a little longer
+	// still counts some of every idle process's.
+	smokeIdleWindow = 1200 * time.Millisecond
 	// idlePollSlow is the worker's FetchPollInterval of the row that
 	// shows how a longer one cuts a worker's idle cost.
 	idlePollSlow = time.Second
@@ -37,9 +41,9 @@ const (
 // process cost the database with that many pools (transactions a second).
 func runManyPools(ctx context.Context, e *env) ([]Result, error) {
 	const name, rate = "many-pools", 200
-	dur := max(time.Duration(float64(latencyDuration)*e.Opts.Scale), latencyDurationMin)
-	n := max(1, int(float64(rate)*dur.Seconds()))
-	others := e.Scaled(manyPoolsOthers, manyPoolsOthersMin)
+	n := max(1, int(float64(rate)*e.latencyDuration().Seconds()))
+	// Every kind of pool, in a smoke run too (poolmix takes turns).
+	others := e.Scaled(manyPoolsOthers, least(e, manyPoolsOthersMin, 5))
 	many, alone, err := measurePair(ctx, e, name,
 		func(ctx context.Context) (latencySample, error) {
 			return latencyRiverbus(ctx, e, latencyOpts{rate: rate, others: others}, n)
@@ -113,9 +117,10 @@ func transactions(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 	return n, err
 }
 
-// idleWindow is idleWindow scaled, at least idleWindowMin.
+// idleWindow is idleWindow scaled, at least idleWindowMin; in a smoke run
+// at least smokeIdleWindow.
 func (e *env) idleWindow() time.Duration {
-	return max(time.Duration(float64(idleWindow)*e.Opts.Scale), idleWindowMin)
+	return e.ScaledDuration(idleWindow, least(e, idleWindowMin, smokeIdleWindow))
 }
 
 // idleRate counts the transactions of db's database over the idle window,

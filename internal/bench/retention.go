@@ -35,7 +35,7 @@ func runRetention(ctx context.Context, e *env) ([]Result, error) {
 	const name = "retention"
 	sizes := make([]int, len(retentionSizes))
 	for i, n := range retentionSizes {
-		sizes[i] = e.Scaled(n, 2000*(i+1))
+		sizes[i] = e.Scaled(n, least(e, 2000, 500)*(i+1))
 	}
 	secs := make([][]float64, len(sizes))
 	batch := make([][]float64, len(sizes))

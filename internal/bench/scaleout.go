@@ -69,8 +69,8 @@ func runScaleOut(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return []Result{{Scenario: "scale-out", Metric: "-", Skipped: "cannot run the child processes: " + benchkit.OneLine(err.Error())}}, nil
 	}
-	events := e.Scaled(scaleOutEvents, 100)
-	jobs := e.Scaled(scaleOutJobs, 50)
+	events := e.Scaled(scaleOutEvents, least(e, 100, 20))
+	jobs := e.Scaled(scaleOutJobs, least(e, 50, 16))
 
 	fan := make(map[int][]scaleOutSample)
 	work := make(map[int][]scaleOutSample)
