@@ -123,20 +123,26 @@ func Run(ctx context.Context, opts Opts, stdout io.Writer) (*Report, error) {
 	}
 	defer e.Close()
 
-	// One scenario at a time, in a smoke run too: the statements each
-	// phase records go under the scenario being measured (env.scenario).
-	rows, failed, err := benchkit.RunScenarios(ctx, e.Env, names, nil, func(ctx context.Context, name string) ([]Result, error) {
-		e.scenario = name
-		return runScenario(ctx, e, scenarios[slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })])
+	// A smoke run starts the longest first.
+	parallel := &benchkit.Parallel{First: []string{"publish-consume"}}
+	rows, failed, err := benchkit.RunScenarios(ctx, e.Env, names, parallel, func(ctx context.Context, name string) ([]Result, error) {
+		se := *e // its phases' statements go under its name
+		se.scenario = name
+		return runScenario(ctx, &se, scenarios[slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })])
 	}, func(name string, err error) Result { return Result{Scenario: name, Metric: "-", Error: err.Error()} })
 	if err != nil {
 		return nil, err
 	}
+	// In the scenarios' order, whichever finished first.
+	top := e.top.list
+	slices.SortStableFunc(top, func(a, b TopStatements) int {
+		return slices.Index(names, a.Scenario) - slices.Index(names, b.Scenario)
+	})
 	rep := &Report{
 		Header:           e.Header(),
 		Baseline:         "watermill-sql " + benchkit.Or(benchkit.ModuleVersion(watermillSQLModule), "v4"),
 		WatermillVersion: benchkit.ModuleVersion("github.com/ThreeDotsLabs/watermill"), WatermillSQLVersion: benchkit.ModuleVersion(watermillSQLModule),
-		Settings: settingsNote(), Results: rows, TopStatements: e.top,
+		Settings: settingsNote(), Results: rows, TopStatements: top,
 	}
 	return rep, e.Finish(&rep.Header, rep, stdout, func(w io.Writer) { writeTable(w, rep) }, failed)
 }

@@ -35,14 +35,14 @@ func TestRunSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "out", "watermill.json")
-	b, out, took, err := benchkit.SmokeRun(ctx, command, path, "--scale", "0.005")
+	b, out, took, err := benchkit.SmokeRun(ctx, command, path, "--scale", "0.0001")
 	require.NoError(t, err)
 	t.Log("\n" + out)
 	t.Log("\n" + took)
 
 	var rep Report
 	require.NoError(t, json.Unmarshal(b, &rep))
-	require.Equal(t, 0.005, rep.Scale)
+	require.Equal(t, 0.0001, rep.Scale)
 	require.True(t, rep.Smoke)
 	require.Contains(t, rep.Baseline, "watermill-sql v4")
 	require.Contains(t, out, "SMOKE RUN")

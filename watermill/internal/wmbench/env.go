@@ -2,6 +2,7 @@ package wmbench
 
 import (
 	"context"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,10 +21,17 @@ type env struct {
 	// loaded and the user may turn tracking on per database), so the
 	// scenarios report the database time and statements per message.
 	statements bool
-	// scenario is the scenario being measured; top the statements that
-	// took the most time in each phase measured so far.
+	// scenario is the scenario being measured (each scenario measures
+	// with a copy of env of its own); top the statements that took the
+	// most time in each phase measured so far.
 	scenario string
-	top      []TopStatements
+	top      *tops
+}
+
+// tops are TopStatements recorded by scenarios that may run at once.
+type tops struct {
+	mu   sync.Mutex
+	list []TopStatements
 }
 
 // newEnv starts the bench with opts (benchkit.NewEnv) and creates the
@@ -33,7 +41,7 @@ func newEnv(ctx context.Context, opts Opts) (*env, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e := &env{Env: kit}
+	e := &env{Env: kit, top: &tops{}}
 	if e.template, e.statements, err = e.CreateTemplate(ctx, func(ctx context.Context, db *pgxpool.Pool) error {
 		_, err := migrations.Up(ctx, db)
 		return err

@@ -31,12 +31,15 @@ var latencyMetrics = []metric{
 // fan-out runs here too) records now − the publish time each message
 // carries.
 func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, string, error) {
-	dur := e.ScaledDuration(latencyDuration, time.Second)
+	dur := e.ScaledDuration(latencyDuration, benchkit.Least(e.Opts, time.Second, 100*time.Millisecond))
 	n := max(1, int(float64(rate)*dur.Seconds()))
-	warm := e.Scaled(latencyWarmUp, 50)
+	warm := e.Scaled(latencyWarmUp, benchkit.Least(e.Opts, 50, 10))
+	// A smoke run's few messages need few publishers, and each connection
+	// a server process makes costs more than the messages sent over it.
+	pubs := benchkit.Least(e.Opts, latencyPublishers, 2)
 	note := fmt.Sprintf("%d messages offered at %d/s (%s) from %d goroutines, 1 per Publish call, open loop; the publish time (taken before the Publish call) travels in a metadata entry, the handler (one goroutine acking each message as it comes) records now − that; after %d warm-up messages consumed and ANALYZE; the subscriber runs in the bench process (riverbus's with RunFanout: the fan-out too)",
-		n, rate, dur, latencyPublishers, warm)
-	p, err := prepare(ctx, e, side, 2*latencyPublishers)
+		n, rate, dur, pubs, warm)
+	p, err := prepare(ctx, e, side, int32(2*pubs))
 	if err != nil {
 		return nil, "", err
 	}
@@ -79,7 +82,7 @@ func measureLatency(ctx context.Context, e *env, side impl, rate int) (sample, s
 	}
 	start := time.Now()
 	sent := make([]time.Time, n) // each message's publish time
-	achieved, err := benchkit.Paced(ctx, n, float64(rate), latencyPublishers, func(_ context.Context, i int) error {
+	achieved, err := benchkit.Paced(ctx, n, float64(rate), pubs, func(_ context.Context, i int) error {
 		msg := newMessage(i)
 		sent[i], _ = publishedAt(msg)
 		return pub.Publish(topic, msg)

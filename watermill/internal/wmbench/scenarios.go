@@ -7,6 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 // Sizes at scale 1, and what the scenarios use.
@@ -65,7 +67,7 @@ var publishConsumeMetrics = []metric{
 // publish phase: the backlog is all jobs before the subscribers start, and
 // it stays running while they consume.
 func measurePublishConsume(ctx context.Context, e *env, side impl) (sample, string, error) {
-	n := e.Scaled(publishMessages, 100)
+	n := e.Scaled(publishMessages, benchkit.Least(e.Opts, 100, 20))
 	note := fmt.Sprintf("%d messages published from %d goroutines, 1 per Publish call, nothing consuming; then consumed as a backlog by consumer groups that existed before the publish: one by 1 subscriber process, another by 4 (child processes; each acks every message; time from the first Subscribe call to the last ack); riverbus's fan-out runs in the bench process and has made every job before the subscribers start (catch-up includes the fan-out)", n, publishers)
 	p, err := prepare(ctx, e, side, publishConns, group1, group4)
 	if err != nil {
@@ -142,7 +144,7 @@ var catchUpMetrics = []metric{
 // runs the fan-out (RunFanout), so its time includes turning the backlog
 // into jobs.
 func measureCatchUp(ctx context.Context, e *env, side impl) (sample, string, error) {
-	n := e.Scaled(catchUpMessages, 500)
+	n := e.Scaled(catchUpMessages, benchkit.Least(e.Opts, 500, 100))
 	note := fmt.Sprintf("%d messages published (%d per Publish call from %d goroutines) while no subscriber and no fan-out runs; then 1 subscriber process (riverbus: with RunFanout, so the time includes the fan-out turning the backlog into jobs) from its Subscribe call to its last ack", n, catchUpPerCall, publishers)
 	p, err := prepare(ctx, e, side, publishConns, groupCU)
 	if err != nil {

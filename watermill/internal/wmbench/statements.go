@@ -85,12 +85,14 @@ type TopStatements struct {
 // recordTop keeps t unless the phase was recorded already (in an earlier
 // run).
 func (e *env) recordTop(t TopStatements) {
-	for _, x := range e.top {
+	e.top.mu.Lock()
+	defer e.top.mu.Unlock()
+	for _, x := range e.top.list {
 		if x.Scenario == t.Scenario && x.Phase == t.Phase && x.Side == t.Side {
 			return
 		}
 	}
-	e.top = append(e.top, t)
+	e.top.list = append(e.top.list, t)
 }
 
 // topStatementsShown is how many statements topStatements returns.
