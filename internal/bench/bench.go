@@ -8,19 +8,11 @@ import (
 	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
-// Defaults of Opts fields.
-const (
-	RunsDefault     = 3
-	JSONPathDefault = "bench/results.json"
-)
-
-// defaults are this bench's defaults of Opts fields.
-var defaults = benchkit.Defaults{Runs: RunsDefault, JSONPath: JSONPathDefault, DatabaseEnv: "$DATABASE_URL or $RIVERBUS_DATABASE_URL"}
-
-// Opts configures Run. Zero fields take their defaults: Runs RunsDefault,
-// JSONPath JSONPathDefault. Scenarios are named as ScenarioNames returns
-// them.
+// Opts configures Run; its zero fields take defaults' values, and its
+// Scenarios are among ScenarioNames.
 type Opts = benchkit.Opts
+
+var defaults = benchkit.Defaults{Runs: 3, JSONPath: "bench/results.json", DatabaseEnv: "$DATABASE_URL or $RIVERBUS_DATABASE_URL"}
 
 // Report is what Run measured.
 type Report struct {

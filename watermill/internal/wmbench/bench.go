@@ -9,19 +9,11 @@ import (
 	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
-// Defaults of Opts fields.
-const (
-	RunsDefault     = 1
-	JSONPathDefault = "bench/watermill.json"
-)
-
-// defaults are this bench's defaults of Opts fields.
-var defaults = benchkit.Defaults{Runs: RunsDefault, JSONPath: JSONPathDefault, DatabaseEnv: "$DATABASE_URL"}
-
-// Opts configures Run. Zero fields take their defaults: Runs RunsDefault,
-// JSONPath JSONPathDefault. Scenarios are named as ScenarioNames returns
-// them.
+// Opts configures Run; its zero fields take defaults' values (one run
+// per scenario and side), and its Scenarios are among ScenarioNames.
 type Opts = benchkit.Opts
+
+var defaults = benchkit.Defaults{Runs: 1, JSONPath: "bench/watermill.json", DatabaseEnv: "$DATABASE_URL"}
 
 // Report is what Run measured. Its shape follows the core bench's
 // (bench/results.json), with watermill-sql as the baseline.
