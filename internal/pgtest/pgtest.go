@@ -249,51 +249,43 @@ func NewEmptyDatabase(t TB) string {
 // CopyDatabase creates a copy of the database at url (CREATE DATABASE ...
 // TEMPLATE), dropped when the test ends, and returns the copy's URL: a
 // state built once, copied for each test that starts from it. Nothing may
-// be connected to url meanwhile; a session that leaves within seconds (an
-// autovacuum worker, a pool closing) is waited for.
+// be connected to url meanwhile (createDatabase waits out a session that
+// leaves within seconds).
 func CopyDatabase(t TB, url string) string {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("pgtest: parse url: %v", err)
 	}
-	clause := " TEMPLATE " + pgx.Identifier{cfg.Database}.Sanitize()
+	return createDatabase(t, " TEMPLATE "+pgx.Identifier{cfg.Database}.Sanitize())
+}
+
+// createDatabase creates a database with a unique name (CREATE DATABASE
+// name + clause), drops it when the test ends, and returns its URL. A
+// template another session is still connected to (an autovacuum worker, a
+// pool closing) is waited for, a few seconds at most.
+func createDatabase(t TB, clause string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
+	ident := pgx.Identifier{name}.Sanitize()
 	for wait := 50 * time.Millisecond; ; wait *= 2 {
-		name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
-		err := adminExec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+clause)
+		err := adminExec(context.Background(), "CREATE DATABASE "+ident+clause)
 		var pgErr *pgconn.PgError
 		if err != nil && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectInUse && wait < 10*time.Second {
 			time.Sleep(wait)
 			continue
 		}
 		if err != nil {
-			t.Fatalf("pgtest: copy database %s: %v", cfg.Database, err)
+			t.Fatalf("pgtest: create database: %v", err)
 		}
-		dropAtCleanup(t, name)
-		return withDatabase(adminURL, name)
+		break
 	}
-}
-
-// createDatabase creates a database with a unique name (CREATE DATABASE
-// name + clause), drops it when the test ends, and returns its URL.
-func createDatabase(t TB, clause string) string {
-	t.Helper()
-	name := fmt.Sprintf("%s_%d", prefix, counter.Add(1))
-	ident := pgx.Identifier{name}.Sanitize()
-	if err := adminExec(context.Background(), "CREATE DATABASE "+ident+clause); err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
-	}
-	dropAtCleanup(t, name)
-	return withDatabase(adminURL, name)
-}
-
-// dropAtCleanup drops the database name when the test ends.
-func dropAtCleanup(t TB, name string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = adminExec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		_ = adminExec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
 	})
+	return withDatabase(adminURL, name)
 }
 
 // adminExec runs one statement on the maintenance database.
