@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverbus/riverbus/internal/benchkit"
 )
 
 // chaosStallAfter: a pool whose due jobs nobody has worked for this long, or
@@ -51,12 +53,8 @@ func stallAfter() (time.Duration, float64) {
 	if chaosOwnMachine() {
 		return chaosStallAfter, 0
 	}
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return chaosStallAfter, 0
-	}
-	var load float64
-	if _, err := fmt.Sscan(string(b), &load); err != nil {
+	load := benchkit.LoadAverage()
+	if load < 0 {
 		return chaosStallAfter, 0
 	}
 	f := min(max(load/(chaosStallLoad*float64(runtime.NumCPU())), 1), chaosStallStretch)

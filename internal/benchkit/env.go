@@ -63,7 +63,7 @@ func NewEnv(ctx context.Context, name string, opts Opts, d Defaults, names []str
 		name:    name,
 		prefix:  fmt.Sprintf("%s_%d_%d", name, os.Getpid(), time.Now().UnixNano()%1_000_000),
 		started: time.Now(),
-		load0:   loadAverage(),
+		load0:   LoadAverage(),
 	}
 	defer func() {
 		if err != nil {
@@ -302,9 +302,9 @@ func Least[T any](o Opts, real, smoke T) T {
 	return real
 }
 
-// loadAverage returns the machine's 1-minute load average, where Linux
+// LoadAverage returns the machine's 1-minute load average, where Linux
 // tells it, else -1.
-func loadAverage() float64 {
+func LoadAverage() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return -1

@@ -122,7 +122,7 @@ func RunScenarios[R any](ctx context.Context, e *Env, names []string, parallel *
 // failed scenarios, if any.
 func (e *Env) Finish(h *Header, rep any, stdout io.Writer, table func(io.Writer), failed []string) error {
 	h.DurationSeconds = math.Round(time.Since(e.started).Seconds()*10) / 10
-	if load1 := loadAverage(); e.load0 >= 0 && load1 >= 0 {
+	if load1 := LoadAverage(); e.load0 >= 0 && load1 >= 0 {
 		h.LoadAverage = []float64{e.load0, load1}
 	}
 	table(stdout)
