@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 )
 
@@ -211,4 +212,29 @@ func TestRunScenarios(t *testing.T) {
 		require.Equal(t, tc.most, most, "smoke %v, parallel %v", tc.smoke, tc.parallel)
 		require.Equal(t, tc.first, order[0], "the scenario started first")
 	}
+}
+
+// A failed smoke run's error names what failed before the table and the
+// progress lines, which a CI log may cut from the middle of a long failure.
+func TestSmokeRunLeadsWithWhatFailed(t *testing.T) {
+	command := func(stdout, stderr io.Writer) *cobra.Command {
+		c := &cobra.Command{Use: "bench", SilenceErrors: true, SilenceUsage: true, RunE: func(*cobra.Command, []string) error {
+			log := slog.New(slog.NewTextHandler(stderr, nil))
+			fmt.Fprintln(stdout, strings.Repeat("a table row\n", 100))
+			log.Info("bench: scenario done", "scenario", "a")
+			log.Error("bench: scenario failed", "scenario", "b", "error", "pools not caught up")
+			return errors.New("bench: scenario(s) failed: b")
+		}}
+		c.Flags().Bool("smoke", false, "")
+		c.Flags().String("json", "", "")
+		return c
+	}
+	_, _, _, err := SmokeRun(context.Background(), command, t.TempDir()+"/r.json")
+	require.Error(t, err)
+	head, _, ok := strings.Cut(err.Error(), "stdout:")
+	require.True(t, ok, err.Error())
+	require.Contains(t, head, `error="pools not caught up"`)
+	require.Contains(t, head, "scenario(s) failed: b")
+	require.NotContains(t, head, "scenario done")
+	require.NotContains(t, head, "a table row")
 }

@@ -142,11 +142,19 @@ func Printable(s string) string {
 // args, --smoke and --json jsonPath, under ctx. It returns the JSON report
 // written, what the command printed on stdout, and its progress lines that
 // say how long each scenario took; or an error quoting all it printed when
-// it did not exit 0.
+// it did not exit 0. The error leads with the lines that say what failed:
+// a CI log keeps the head and tail of a long failure and drops its middle,
+// where the table would otherwise push them.
 func SmokeRun(ctx context.Context, command func(stdout, stderr io.Writer) *cobra.Command, jsonPath string, args ...string) (report []byte, stdout, took string, err error) {
 	var out, errOut bytes.Buffer
 	if code := Execute(ctx, command(&out, &errOut), append(args, "--smoke", "--json", jsonPath), &out, &errOut); code != 0 {
-		return nil, "", "", fmt.Errorf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+		var failed []string
+		for _, line := range strings.Split(errOut.String(), "\n") {
+			if strings.Contains(line, "level=ERROR") || strings.Contains(line, "failed") {
+				failed = append(failed, line)
+			}
+		}
+		return nil, "", "", fmt.Errorf("exit code %d\nwhat failed:\n%s\nstdout:\n%s\nstderr:\n%s", code, strings.Join(failed, "\n"), out.String(), errOut.String())
 	}
 	var lines []string
 	for _, line := range strings.Split(errOut.String(), "\n") {
