@@ -58,3 +58,9 @@ func (d *Driver) GetListener(params *riverdriver.GetListenenerParams) riverdrive
 }
 
 var _ riverdriver.Driver[pgx.Tx] = (*Driver)(nil)
+
+// GetExecutor returns River's executor with a fetch that commits only once
+// its rows are in hand (fetchExecutor).
+func (d *Driver) GetExecutor() riverdriver.Executor {
+	return &fetchExecutor{Executor: d.Driver.GetExecutor(), logger: d.logger}
+}
