@@ -16,16 +16,7 @@ import (
 // Every command goes through it: the CLI is flag handling over the client.
 func (a *app) newClient(db *pgxpool.Pool, ws *workers.Registry, fanoutDisabled bool) (*riverbus.Client, error) {
 	return riverbus.NewClient(db, &riverbus.Config{
-		Fanout: fanout.Config{
-			GapTimeout:       a.cfg.GapTimeout,
-			GapCheckInterval: a.cfg.GapCheckInterval,
-			PollInterval:     a.cfg.PollInterval,
-			BatchSize:        a.cfg.BatchSize,
-			BatchBytes:       a.cfg.BatchBytes,
-			Workers:          a.cfg.FanoutWorkers,
-			Logger:           a.logger,
-			TracerProvider:   a.tracerProvider,
-		},
+		Fanout:         a.fanoutConfig(),
 		FanoutDisabled: fanoutDisabled,
 		Retention:      riverbus.RetentionConfig{Interval: orNever(a.cfg.RetentionInterval)},
 		Workers:        ws,
@@ -33,6 +24,21 @@ func (a *app) newClient(db *pgxpool.Pool, ws *workers.Registry, fanoutDisabled b
 		Logger:         a.logger,
 		ProcessName:    a.processName,
 	})
+}
+
+// fanoutConfig is the settings of this process's fan-out.
+func (a *app) fanoutConfig() fanout.Config {
+	return fanout.Config{
+		GapTimeout:       a.cfg.GapTimeout,
+		GapCheckInterval: a.cfg.GapCheckInterval,
+		PollInterval:     a.cfg.PollInterval,
+		BatchSize:        a.cfg.BatchSize,
+		BatchBytes:       a.cfg.BatchBytes,
+		Workers:          a.cfg.FanoutWorkers,
+		MarkInterval:     a.cfg.MarkInterval,
+		Logger:           a.logger,
+		TracerProvider:   a.tracerProvider,
+	}
 }
 
 // workConfig is the River settings of this process's workers.

@@ -29,6 +29,7 @@ func (a *app) fanoutFlags(cmd *cobra.Command) {
 	intSetting(f, &c.BatchSize, "BATCH_SIZE")
 	intSetting(f, &c.BatchBytes, "BATCH_BYTES")
 	intSetting(f, &c.FanoutWorkers, "FANOUT_WORKERS")
+	durationSetting(f, &c.MarkInterval, "MARK_INTERVAL")
 }
 
 // retentionFlags adds the retention service's setting: fanout and run.

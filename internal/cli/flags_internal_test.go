@@ -99,3 +99,17 @@ func TestFetchPollIntervalReachesTheWorkers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Second, (&app{cfg: c}).workConfig().FetchPollInterval)
 }
+
+// RIVERBUS_MARK_INTERVAL and --mark-interval reach the fan-out of the
+// commands that run one, and a value under the least is refused by name.
+func TestMarkIntervalReachesTheFanout(t *testing.T) {
+	t.Setenv("RIVERBUS_MARK_INTERVAL", "2s")
+	c, err := parseSettings(t, "fanout")
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, (&app{cfg: c}).fanoutConfig().MarkInterval)
+	c, err = parseSettings(t, "run", "--mark-interval", "250ms")
+	require.NoError(t, err)
+	require.Equal(t, 250*time.Millisecond, (&app{cfg: c}).fanoutConfig().MarkInterval)
+	_, err = parseSettings(t, "run", "--mark-interval", "10ms")
+	require.ErrorContains(t, err, "RIVERBUS_MARK_INTERVAL (--mark-interval) must be at least 100ms, got 10ms")
+}

@@ -29,7 +29,7 @@ func TestHelpShowsOnlyTheCommandsFlags(t *testing.T) {
 	var (
 		common  = []string{"help", "log-format", "log-level"}
 		db      = append([]string{"database-url"}, common...)
-		fanout  = []string{"batch-bytes", "batch-size", "fanout-workers", "gap-check-interval", "gap-timeout", "poll-interval"}
+		fanout  = []string{"batch-bytes", "batch-size", "fanout-workers", "gap-check-interval", "gap-timeout", "mark-interval", "poll-interval"}
 		serving = []string{"metrics-addr", "metrics-password", "metrics-user", "ui-addr", "ui-allowed-hosts", "ui-password", "ui-user"}
 		jobs    = []string{"cancelled-job-retention", "completed-job-retention", "discarded-job-retention"}
 	)

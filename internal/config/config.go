@@ -20,6 +20,12 @@ import (
 // Prefix is the prefix of every riverbus environment variable.
 const Prefix = "RIVERBUS"
 
+// MarkIntervalMin is the least RIVERBUS_MARK_INTERVAL: a mark is a row,
+// and the fan-out keeps the newest 2,000,000 of them, so a shorter
+// interval would keep hours, not days, of rewind history under steady
+// traffic.
+const MarkIntervalMin = 100 * time.Millisecond
+
 // Config is the whole process configuration. The configuration table
 // of docs/configuration.md lists these fields, with the commands whose flags override them
 // (internal/cli renders it; a test there keeps the two in step).
@@ -39,6 +45,7 @@ type Config struct {
 	BatchSize        int           `envconfig:"RIVERBUS_BATCH_SIZE" default:"1000" desc:"Most events a pool turns into jobs in one fan-out transaction."`
 	BatchBytes       int           `envconfig:"RIVERBUS_BATCH_BYTES" default:"67108864" desc:"Most bytes of events (as stored, compressed where PostgreSQL compressed them) a pool turns into jobs in one fan-out transaction; a bigger event is a batch of its own. Payloads never enter the fan-out's memory: this bounds each transaction's work in the database."`
 	FanoutWorkers    int           `envconfig:"RIVERBUS_FANOUT_WORKERS" default:"4" desc:"Pools one fan-out process works on at the same time."`
+	MarkInterval     time.Duration `envconfig:"RIVERBUS_MARK_INTERVAL" default:"5s" desc:"How often, at most, the horizon records when events committed (a mark), for pool reset --to-time: such a reset re-delivers the events committed in up to about this long before the time too. The newest 2,000,000 marks are kept: about 116 days of history at 5s, 23 days at 1s. At least 100ms."`
 
 	RetentionInterval     time.Duration `envconfig:"RIVERBUS_RETENTION_INTERVAL" default:"1m" desc:"How often a fan-out process (run, fanout) applies the event retention policy set with riverbus retention set; 0: never in this process. Without a policy nothing is deleted."`
 	CompletedJobRetention time.Duration `envconfig:"RIVERBUS_COMPLETED_JOB_RETENTION" default:"24h" desc:"How long River's cleaner keeps completed jobs in river_job (and River UI); 0: forever. River's cleaner runs in a process that works jobs."`
@@ -165,6 +172,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%s must be a positive number of bytes, got %d", v("BATCH_BYTES"), c.BatchBytes)
 	case c.FanoutWorkers < 1 || c.FanoutWorkers > 1000:
 		return fmt.Errorf("%s must be between 1 and 1000, got %d", v("FANOUT_WORKERS"), c.FanoutWorkers)
+	case c.MarkInterval < MarkIntervalMin:
+		return fmt.Errorf("%s must be at least %s, got %s", v("MARK_INTERVAL"), MarkIntervalMin, c.MarkInterval)
 	case c.RetentionInterval < 0:
 		return fmt.Errorf("%s must not be negative, got %s", v("RETENTION_INTERVAL"), c.RetentionInterval)
 	case c.CompletedJobRetention < 0:

@@ -144,6 +144,7 @@ func TestEnvDefaultsAreTheGoDefaults(t *testing.T) {
 	require.Equal(t, fanout.BatchSizeDefault, c.BatchSize)
 	require.Equal(t, fanout.BatchBytesDefault, c.BatchBytes)
 	require.Equal(t, fanout.WorkersDefault, c.FanoutWorkers)
+	require.Equal(t, fanout.MarkIntervalDefault, c.MarkInterval)
 	require.Equal(t, riverbus.RetentionIntervalDefault, c.RetentionInterval)
 	require.Equal(t, workers.CompletedJobRetentionPeriodDefault, c.CompletedJobRetention)
 	require.Equal(t, workers.CancelledJobRetentionPeriodDefault, c.CancelledJobRetention)
