@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +55,7 @@ func NewDriver(db *pgxpool.Pool, logger *slog.Logger) *Driver {
 // GetListener returns River's listener wrapped in the check of the control
 // channel. River calls it once per client, for the client's notifier.
 func (d *Driver) GetListener(params *riverdriver.GetListenenerParams) riverdriver.Listener {
-	return newControlListener(d.Driver.GetListener(params), d.Driver.GetExecutor(), params.Schema, d.logger)
+	return newControlListener(d.Driver.GetListener(params), d.Driver.GetExecutor(), params.Schema, d.log())
 }
 
 var _ riverdriver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -62,5 +63,9 @@ var _ riverdriver.Driver[pgx.Tx] = (*Driver)(nil)
 // GetExecutor returns River's executor with a fetch that commits only once
 // its rows are in hand (fetchExecutor).
 func (d *Driver) GetExecutor() riverdriver.Executor {
-	return &fetchExecutor{Executor: d.Driver.GetExecutor(), logger: d.logger}
+	return &fetchExecutor{Executor: d.Driver.GetExecutor(), logger: d.log()}
 }
+
+// log is the driver's logger: a Driver built as a struct literal, not by
+// NewDriver, logs to slog.Default() too.
+func (d *Driver) log() *slog.Logger { return cmp.Or(d.logger, slog.Default()) }

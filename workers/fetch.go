@@ -62,7 +62,7 @@ func (e *fetchExecutor) JobGetAvailable(ctx context.Context, params *riverdriver
 // this fetch's to work; a job that is not was rolled back (or taken since
 // by a later fetch, after a rollback) and is not returned.
 func (e *fetchExecutor) afterCommitFailed(ctx context.Context, params *riverdriver.JobGetAvailableParams, res *riverdriver.JobGetAvailableResult, commitErr error) (*riverdriver.JobGetAvailableResult, error) {
-	if len(res.Jobs) == 0 {
+	if res == nil || len(res.Jobs) == 0 {
 		return nil, commitErr
 	}
 	ids := make([]int64, len(res.Jobs))

@@ -50,3 +50,14 @@ func TestFetchAfterALostCommitReplyKeepsWhatItHolds(t *testing.T) {
 	require.ErrorIs(t, err, lost)
 	require.Nil(t, got)
 }
+
+// A Driver built as a struct literal rather than by NewDriver has no
+// logger of its own: its fetch and its listener log to slog.Default()
+// instead of failing on a nil logger.
+func TestDriverLiteralLogsToTheDefault(t *testing.T) {
+	t.Parallel()
+	d := &Driver{Driver: riverpgxv5.New(nil)}
+	e, ok := d.GetExecutor().(*fetchExecutor)
+	require.True(t, ok)
+	require.Same(t, slog.Default(), e.logger)
+}
