@@ -459,19 +459,23 @@ func TestRiverUIOperatorNeverHoldsAKey(t *testing.T) {
 			worst = max(worst, mostInFlight(t, b.db))
 		}
 
-		// The operator retries every dead letter until none is left.
+		// The operator retries every dead letter until none is left. A
+		// timeout names the jobs left (lane, state, attempt) and the dead
+		// letters, so a key held forever shows which and why.
+		var left struct{ DeadLetters, Unfinished string }
 		testwait.Eventually(t, 60*time.Second, func() bool {
 			dls, err := operator(t, b.db).DeadLetterList(ctx, bustype.DeadLetterListParams{Pool: orderedPoolName})
 			require.NoError(t, err)
 			for _, d := range dls {
 				_ = act.retry(d.JobID)
 			}
-			var unfinished int
-			require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1
-				AND state NOT IN ('cancelled', 'completed', 'discarded')`, orderedPoolName).Scan(&unfinished))
+			left.DeadLetters = fmt.Sprint(len(dls))
+			require.NoError(t, b.db.QueryRow(ctx, `SELECT coalesce(string_agg(format('job %s lane %s %s attempt %s/%s', id,
+				metadata->>'riverbus_lane', state, attempt, max_attempts), '; ' ORDER BY id), '')
+				FROM river_job WHERE kind = $1 AND state NOT IN ('cancelled', 'completed', 'discarded')`, orderedPoolName).Scan(&left.Unfinished))
 			worst = max(worst, mostInFlight(t, b.db))
-			return len(dls) == 0 && unfinished == 0
-		}, "every job finished and no dead letter left")
+			return len(dls) == 0 && left.Unfinished == ""
+		}, "every job finished and no dead letter left (left: %+v)", &left)
 		t.Logf("actions done, by the job's state: %v", done)
 		require.Equal(t, 1, worst, "never two jobs of one key in flight")
 		require.Equal(t, 1, rec.maxKey)
