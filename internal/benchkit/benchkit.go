@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -135,17 +134,6 @@ func ModuleVersion(path string) string {
 
 // Ident quotes name as an SQL identifier.
 func Ident(name string) string { return pgx.Identifier{name}.Sanitize() }
-
-// WithDatabase returns rawURL pointing at database.
-func WithDatabase(rawURL, database string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" {
-		// key=value form: a later dbname wins.
-		return strings.TrimSpace(rawURL) + " dbname=" + database
-	}
-	u.Path = "/" + database
-	return u.String()
-}
 
 // MinLevel returns h without the records below level: River's and the
 // fan-out's logs at warnings and errors beside a bench's progress.

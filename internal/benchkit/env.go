@@ -156,7 +156,7 @@ func (e *Env) CreateTemplate(ctx context.Context, migrate func(ctx context.Conte
 		return "", false, fmt.Errorf("%s: create template database: %w", e.name, err)
 	}
 	e.templates = append(e.templates, name)
-	pool, err := pgxpool.New(ctx, WithDatabase(e.AdminURL, name))
+	pool, err := pgxpool.New(ctx, pgserver.WithDatabase(e.AdminURL, name))
 	if err != nil {
 		return "", false, fmt.Errorf("%s: connect to template: %w", e.name, err)
 	}
@@ -219,7 +219,7 @@ func (e *Env) NewDatabase(ctx context.Context, template string) (*Database, erro
 	if err := e.exec(ctx, create); err != nil {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
-	return &Database{Env: e, Name: name, URL: WithDatabase(e.AdminURL, name)}, nil
+	return &Database{Env: e, Name: name, URL: pgserver.WithDatabase(e.AdminURL, name)}, nil
 }
 
 // Drop drops the database, closing the sessions still open to it; a smoke

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -452,4 +453,16 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// WithDatabase returns rawURL, a URL or a key=value connection string,
+// pointing at database instead of the one it names.
+func WithDatabase(rawURL, database string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" {
+		// key=value form: a later dbname wins.
+		return strings.TrimSpace(rawURL) + " dbname=" + database
+	}
+	u.Path = "/" + database
+	return u.String()
 }

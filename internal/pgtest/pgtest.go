@@ -45,7 +45,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -203,7 +202,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
 		return "", fmt.Errorf("create template: %w", err)
 	}
-	pool, err := pgxpool.New(ctx, withDatabase(adminURL, name))
+	pool, err := pgxpool.New(ctx, pgserver.WithDatabase(adminURL, name))
 	if err != nil {
 		return "", err
 	}
@@ -285,7 +284,7 @@ func createDatabase(t TB, clause string) string {
 		defer cancel()
 		_ = adminExec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
 	})
-	return withDatabase(adminURL, name)
+	return pgserver.WithDatabase(adminURL, name)
 }
 
 // adminExec runs one statement on the maintenance database.
@@ -337,16 +336,6 @@ func NewServer(t TB) (*pgserver.Server, string) {
 		t.Fatalf("pgtest: migrate: %v", err)
 	}
 	return srv, srv.URL("postgres")
-}
-
-func withDatabase(rawURL, database string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" {
-		// key=value form
-		return strings.TrimSpace(rawURL) + " dbname=" + database
-	}
-	u.Path = "/" + database
-	return u.String()
 }
 
 // Login creates a login role that is a member of group (riverbus_app or
